@@ -1,0 +1,100 @@
+// Package informer turns the notifications of client-go shared informers into
+// ordered Changes, and frames initial lists and periodic resyncs as snapshots.
+package informer
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Op is what happened to an object, or which snapshot marker a Change is.
+type Op string
+
+// The operations of the event contract (docs/events.md). The string values
+// are the suffixes of the CloudEvent types.
+const (
+	OpAdded   Op = "added"
+	OpUpdated Op = "updated"
+	OpDeleted Op = "deleted"
+	OpSynced  Op = "synced"
+
+	OpSnapshotStarted   Op = "started"
+	OpSnapshotCompleted Op = "completed"
+)
+
+// Resource is a configured resource after it has been resolved against the
+// server's discovery information. It is shared by every Change of that
+// resource and must not be modified after the informer starts.
+type Resource struct {
+	Cluster    string
+	GVR        schema.GroupVersionResource
+	Kind       string
+	Namespaced bool
+
+	// Source is the CloudEvent source of every event of this resource.
+	Source string
+	// KeyPrefix is "<resource>" for the core group and "<resource>.<group>"
+	// otherwise. Object keys are "<prefix>/<namespace>/<name>" or
+	// "<prefix>/<name>"; snapshot markers use the prefix alone.
+	KeyPrefix string
+}
+
+// APIVersion is the apiVersion of the resource's objects ("v1", "apps/v1").
+func (r *Resource) APIVersion() string {
+	return r.GVR.GroupVersion().String()
+}
+
+// NewResource fills in the derived fields of a resolved resource.
+func NewResource(cluster string, gvr schema.GroupVersionResource, kind string, namespaced bool) *Resource {
+	r := &Resource{Cluster: cluster, GVR: gvr, Kind: kind, Namespaced: namespaced}
+	if gvr.Group == "" {
+		r.Source = "/clusters/" + cluster + "/api/" + gvr.Version + "/" + gvr.Resource
+		r.KeyPrefix = gvr.Resource
+	} else {
+		r.Source = "/clusters/" + cluster + "/apis/" + gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+		r.KeyPrefix = gvr.Resource + "." + gvr.Group
+	}
+	return r
+}
+
+// ObjectKey is the partition key of one object: unique across every resource
+// of the cluster, so per-key order is per-object order.
+func (r *Resource) ObjectKey(namespace, name string) string {
+	if namespace == "" {
+		return r.KeyPrefix + "/" + name
+	}
+	return r.KeyPrefix + "/" + namespace + "/" + name
+}
+
+// Change is one notification on its way to the sinks. It is immutable once
+// enqueued: several sink dispatchers read the same Change concurrently.
+type Change struct {
+	Op       Op
+	Resource *Resource
+	// Key is the partition key: the object key, or the resource's KeyPrefix
+	// for snapshot markers.
+	Key string
+	// Object is the object after transforms. For a delete it is the last
+	// state the informer knew. Nil for snapshot markers.
+	Object *unstructured.Unstructured
+	// OldObject is the previous state, for updates only.
+	OldObject *unstructured.Unstructured
+	// FinalStateUnknown marks a delete noticed only through a relist
+	// (cache.DeletedFinalStateUnknown): Object may be older than the
+	// object's real final state.
+	FinalStateUnknown bool
+	// SnapshotID is set on synced records and on snapshot markers.
+	SnapshotID string
+	// Count is the number of records of the snapshot, on the completed marker.
+	Count int
+	// Observed is when kubewire saw the change.
+	Observed time.Time
+}
+
+// IsMarker reports whether the change frames a snapshot rather than
+// describing an object.
+func (c *Change) IsMarker() bool {
+	return c.Op == OpSnapshotStarted || c.Op == OpSnapshotCompleted
+}

@@ -1,0 +1,466 @@
+package informer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/metrics"
+)
+
+// Output receives the Changes of a watched resource. Enqueue is called from
+// the informer's notification goroutine and must not block: client-go queues
+// the notifications of a slow handler without bound.
+type Output interface {
+	Enqueue(*Change)
+}
+
+// Options configure a Watcher.
+type Options struct {
+	Cluster  string
+	Resource config.Resource
+	Dynamic  dynamic.Interface
+	// Mapper resolves the configured group/version/resource to its kind and
+	// scope. It is reset when a resource is not found, so a CRD installed
+	// later is picked up.
+	Mapper meta.ResettableRESTMapper
+	// Access checks list/watch permission before the informer starts, so a
+	// missing permission is one clear error instead of a reflector retrying
+	// forever. Nil skips the check.
+	Access authorizationclient.SelfSubjectAccessReviewInterface
+	Out    Output
+	Logger *slog.Logger
+	// RetryMax caps the wait between attempts to resolve the resource or to
+	// regain permission (default 10s).
+	RetryMax time.Duration
+}
+
+// Watcher runs the shared informer of one configured resource and turns its
+// notifications into Changes.
+type Watcher struct {
+	opt  Options
+	cfg  config.Resource
+	gvr  schema.GroupVersionResource
+	name string
+	log  *slog.Logger
+
+	res      *Resource
+	informer cache.SharedIndexInformer
+	synced   atomic.Bool
+
+	// emitMu makes "read the cache, then enqueue" of a snapshot record atomic
+	// with respect to the listener's enqueues, so a snapshot never emits an
+	// object older than a change already enqueued for the same key.
+	emitMu sync.Mutex
+	// initialCount counts the synced records of the initial list; only the
+	// notification goroutine writes it before HasSynced turns true.
+	initialCount atomic.Int64
+	initialID    string
+}
+
+// NewWatcher returns a Watcher for one configured resource.
+func NewWatcher(opt Options) *Watcher {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.RetryMax <= 0 {
+		opt.RetryMax = 10 * time.Second
+	}
+	gvr := opt.Resource.GVR()
+	name := gvr.Resource
+	if gvr.Group != "" {
+		name += "." + gvr.Group
+	}
+	return &Watcher{
+		opt:  opt,
+		cfg:  opt.Resource,
+		gvr:  gvr,
+		name: name,
+		log:  opt.Logger.With("resource", name, "version", gvr.Version),
+	}
+}
+
+// Name is the resource's "<resource>[.<group>]" name, the label used in logs
+// and metrics.
+func (w *Watcher) Name() string { return w.name }
+
+// HasSynced reports whether the initial list has been delivered.
+func (w *Watcher) HasSynced() bool { return w.synced.Load() }
+
+// Run resolves the resource, waits for permission, runs the informer and
+// takes periodic snapshots until ctx ends. Nothing it meets at runtime is
+// fatal: a missing resource or permission is logged, counted and retried, so
+// the other resources keep streaming.
+func (w *Watcher) Run(ctx context.Context) error {
+	if !w.retry(ctx, w.resolve) {
+		return nil
+	}
+	if !w.retry(ctx, w.checkAccess) {
+		return nil
+	}
+	w.informer = w.newInformer()
+
+	snap := w.cfg.Emits(config.OpSynced)
+	if snap {
+		w.initialID = newSnapshotID()
+		w.marker(OpSnapshotStarted, w.initialID, 0)
+	}
+	reg, err := w.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    w.onAdd,
+		UpdateFunc: w.onUpdate,
+		DeleteFunc: w.onDelete,
+	})
+	if err != nil {
+		return fmt.Errorf("informer for %s: %w", w.name, err)
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.informer.RunWithContext(ctx)
+	}()
+	defer wg.Wait()
+
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		return nil
+	}
+	n := int(w.initialCount.Load())
+	if snap {
+		w.marker(OpSnapshotCompleted, w.initialID, n)
+		metrics.SnapshotRecords.WithLabelValues(w.name).Add(float64(n))
+	}
+	w.synced.Store(true)
+	metrics.InformerSynced.WithLabelValues(w.name).Set(1)
+	w.log.Info("informer synced", "objects", len(w.informer.GetStore().ListKeys()), "snapshotRecords", n)
+
+	every := w.cfg.SnapshotInterval.Duration
+	if !snap || every <= 0 {
+		<-ctx.Done()
+		return nil
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			w.Snapshot()
+		}
+	}
+}
+
+// Snapshot emits every cached object as a synced record between a started
+// and a completed marker. Each record is read from the cache at the moment it
+// is enqueued.
+func (w *Watcher) Snapshot() {
+	id := newSnapshotID()
+	w.marker(OpSnapshotStarted, id, 0)
+	store := w.informer.GetStore()
+	n := 0
+	now := time.Now()
+	for _, key := range store.ListKeys() {
+		w.emitMu.Lock()
+		obj, ok, _ := store.GetByKey(key)
+		if u, isU := obj.(*unstructured.Unstructured); ok && isU {
+			w.opt.Out.Enqueue(w.change(OpSynced, u, now, id))
+			n++
+		}
+		w.emitMu.Unlock()
+	}
+	w.marker(OpSnapshotCompleted, id, n)
+	metrics.SnapshotRecords.WithLabelValues(w.name).Add(float64(n))
+	w.log.Debug("snapshot enqueued", "snapshot", id, "records", n)
+}
+
+func (w *Watcher) marker(op Op, id string, count int) {
+	w.emitMu.Lock()
+	defer w.emitMu.Unlock()
+	w.opt.Out.Enqueue(&Change{Op: op, Resource: w.res, Key: w.res.KeyPrefix, SnapshotID: id, Count: count, Observed: time.Now()})
+}
+
+func (w *Watcher) change(op Op, u *unstructured.Unstructured, now time.Time, snapshotID string) *Change {
+	metrics.EventsObserved.WithLabelValues(w.name, string(op)).Inc()
+	return &Change{
+		Op:         op,
+		Resource:   w.res,
+		Key:        w.res.ObjectKey(u.GetNamespace(), u.GetName()),
+		Object:     u,
+		SnapshotID: snapshotID,
+		Observed:   now,
+	}
+}
+
+func (w *Watcher) emit(c *Change) {
+	w.emitMu.Lock()
+	w.opt.Out.Enqueue(c)
+	w.emitMu.Unlock()
+}
+
+func (w *Watcher) onAdd(obj any, initial bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	if initial && w.initialID != "" {
+		w.initialCount.Add(1)
+		w.emit(w.change(OpSynced, u, time.Now(), w.initialID))
+		return
+	}
+	if initial || !w.cfg.Emits(config.OpAdded) {
+		return
+	}
+	w.emit(w.change(OpAdded, u, time.Now(), ""))
+}
+
+func (w *Watcher) onUpdate(oldObj, newObj any) {
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
+	// An unchanged resourceVersion is a relist or resync re-delivering what
+	// was already emitted, not a change.
+	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() || !w.cfg.Emits(config.OpUpdated) {
+		return
+	}
+	c := w.change(OpUpdated, n, time.Now(), "")
+	c.OldObject = o
+	w.emit(c)
+}
+
+func (w *Watcher) onDelete(obj any) {
+	unknown := false
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj, unknown = d.Obj, true
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || !w.cfg.Emits(config.OpDeleted) {
+		return
+	}
+	c := w.change(OpDeleted, u, time.Now(), "")
+	c.FinalStateUnknown = unknown
+	w.emit(c)
+}
+
+// retry runs step until it succeeds or ctx ends, backing off up to RetryMax.
+// It reports whether step succeeded.
+func (w *Watcher) retry(ctx context.Context, step func(context.Context, int) error) bool {
+	wait := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		if err := step(ctx, attempt); err == nil {
+			return true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		wait = min(wait*2, w.opt.RetryMax)
+	}
+}
+
+// resolve finds the kind and scope of the configured resource through the
+// discovery-backed REST mapper.
+func (w *Watcher) resolve(ctx context.Context, attempt int) error {
+	gvk, err := w.opt.Mapper.KindFor(w.gvr)
+	var mapping *meta.RESTMapping
+	if err == nil {
+		mapping, err = w.opt.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	}
+	if err != nil {
+		reason := "other"
+		if meta.IsNoMatchError(err) {
+			reason = "not_found"
+		}
+		metrics.InformerErrors.WithLabelValues(w.name, reason).Inc()
+		if attempt == 1 || attempt%10 == 0 {
+			if reason == "not_found" {
+				w.log.Warn("resource is not served by the cluster (is its CRD installed?); retrying until it appears",
+					"group", w.gvr.Group, "attempt", attempt)
+			} else {
+				w.log.Error("cannot resolve resource; retrying", "attempt", attempt, "err", err)
+			}
+		}
+		w.opt.Mapper.Reset()
+		return err
+	}
+	namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace
+	if !namespaced && len(w.cfg.Namespaces) > 0 {
+		w.log.Warn("resource is cluster-scoped; ignoring its namespaces list")
+	}
+	w.res = NewResource(w.opt.Cluster, w.gvr, gvk.Kind, namespaced)
+	if attempt > 1 {
+		w.log.Info("resource is now served; starting its informer", "kind", gvk.Kind)
+	}
+	return nil
+}
+
+// scope is the namespace the LIST and WATCH go to: the one configured
+// namespace, or all of them.
+func (w *Watcher) scope() string {
+	if w.res.Namespaced && len(w.cfg.Namespaces) == 1 {
+		return w.cfg.Namespaces[0]
+	}
+	return metav1.NamespaceAll
+}
+
+func (w *Watcher) checkAccess(ctx context.Context, attempt int) error {
+	if w.opt.Access == nil {
+		return nil
+	}
+	ns := w.scope()
+	for _, verb := range []string{"list", "watch"} {
+		r, err := w.opt.Access.Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: verb, Group: w.gvr.Group, Version: w.gvr.Version, Resource: w.gvr.Resource,
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			// The review API itself failing says nothing about our
+			// permission; let the informer try and report what it meets.
+			w.log.Debug("access review failed; not pre-checking permission", "err", err)
+			return nil
+		}
+		if !r.Status.Allowed {
+			metrics.InformerErrors.WithLabelValues(w.name, "forbidden").Inc()
+			if attempt == 1 || attempt%10 == 0 {
+				w.log.Error("permission denied; this resource will not stream until it is granted",
+					"verb", verb, "group", w.gvr.Group, "namespace", nsLabel(ns), "reason", r.Status.Reason, "attempt", attempt)
+			}
+			return &ForbiddenError{Verb: verb, GVR: w.gvr, Namespace: ns}
+		}
+	}
+	return nil
+}
+
+// ForbiddenError says which permission is missing.
+type ForbiddenError struct {
+	Verb      string
+	GVR       schema.GroupVersionResource
+	Namespace string
+}
+
+func (e *ForbiddenError) Error() string {
+	return fmt.Sprintf("permission denied: cannot %s %s in %s", e.Verb, e.GVR.GroupResource(), nsLabel(e.Namespace))
+}
+
+func nsLabel(ns string) string {
+	if ns == "" {
+		return "all namespaces"
+	}
+	return "namespace " + strconv.Quote(ns)
+}
+
+func (w *Watcher) newInformer() cache.SharedIndexInformer {
+	ri := w.opt.Dynamic.Resource(w.gvr).Namespace(w.scope())
+	tweak := func(o *metav1.ListOptions) {
+		o.LabelSelector = w.cfg.LabelSelector
+		o.FieldSelector = w.cfg.FieldSelector
+	}
+	// Several namespaces: one cluster-wide LIST/WATCH filtered before the
+	// cache, instead of one per namespace (docs/configuration.md).
+	var keep func(string) bool
+	if w.res.Namespaced && len(w.cfg.Namespaces) > 1 {
+		nss := slices.Clone(w.cfg.Namespaces)
+		keep = func(ns string) bool { return slices.Contains(nss, ns) }
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			l, err := ri.List(ctx, o)
+			if err != nil || keep == nil {
+				return l, err
+			}
+			l.Items = slices.DeleteFunc(l.Items, func(u unstructured.Unstructured) bool { return !keep(u.GetNamespace()) })
+			return l, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			wi, err := ri.Watch(ctx, o)
+			if err != nil || keep == nil {
+				return wi, err
+			}
+			return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
+				if e.Type == watch.Bookmark || e.Type == watch.Error {
+					return e, true
+				}
+				m, err := meta.Accessor(e.Object)
+				return e, err != nil || keep(m.GetNamespace())
+			}), nil
+		},
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(lw, w.opt.Dynamic),
+		&unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()},
+	)
+	if !w.cfg.KeepManagedFields {
+		// The transform runs on freshly decoded objects before they are
+		// cached, so stripping here saves the memory, not just the bytes.
+		_ = inf.SetTransform(stripManagedFields)
+	}
+	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
+	return inf
+}
+
+func stripManagedFields(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		unstructured.RemoveNestedField(u.Object, "metadata", "managedFields")
+	}
+	return obj, nil
+}
+
+// watchError replaces the reflector's default logging with one line that
+// says what is wrong and a metric. The reflector keeps retrying by itself.
+func (w *Watcher) watchError(ctx context.Context, _ *cache.Reflector, err error) {
+	var reason string
+	switch {
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		reason = "expired"
+		w.log.Info("watch expired; relisting", "err", err)
+	case apierrors.IsForbidden(err):
+		reason = "forbidden"
+		w.log.Error("permission denied listing or watching resource", "group", w.gvr.Group,
+			"namespace", nsLabel(w.scope()), "err", err)
+	case errors.Is(err, context.Canceled):
+		return
+	default:
+		reason = "other"
+		w.log.Warn("list/watch failed; retrying", "err", err)
+	}
+	metrics.InformerErrors.WithLabelValues(w.name, reason).Inc()
+}
+
+var lastSnapshot atomic.Int64
+
+// newSnapshotID returns an id unique within the process and increasing
+// across restarts: the clock in base 36, bumped past the last id issued.
+func newSnapshotID() string {
+	for {
+		last := lastSnapshot.Load()
+		next := max(time.Now().UnixNano(), last+1)
+		if lastSnapshot.CompareAndSwap(last, next) {
+			return strconv.FormatInt(next, 36)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+// Package app wires a validated config into running informers, dispatchers
+// and sinks, and shuts them down in the order that loses nothing.
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/version"
+	"github.com/kubewire/kubewire/sinks"
+	"github.com/kubewire/kubewire/sinks/stdout"
+)
+
+// DefaultRegistry returns every sink adapter kubewire ships.
+func DefaultRegistry() sinks.Registry {
+	r := sinks.Registry{}
+	stdout.Register(r)
+	return r
+}
+
+// Options are what Run needs besides the config.
+type Options struct {
+	Config *config.Config
+	// REST reaches the cluster. Its QPS and Burst are replaced by the
+	// config's.
+	REST   *rest.Config
+	Logger *slog.Logger
+	// Registry defaults to DefaultRegistry().
+	Registry sinks.Registry
+	// Stdout is where the stdout sink writes (default os.Stdout).
+	Stdout io.Writer
+}
+
+// App is a running kubewire.
+type App struct {
+	opt         Options
+	log         *slog.Logger
+	watchers    []*informer.Watcher
+	dispatchers map[string]*sinks.Dispatcher
+}
+
+// New builds the sinks, dispatchers and watchers. Nothing connects yet.
+func New(opt Options) (*App, error) {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.Registry == nil {
+		opt.Registry = DefaultRegistry()
+	}
+	cfg := opt.Config
+	rc := rest.CopyConfig(opt.REST)
+	rc.QPS = cfg.Client.QPS
+	rc.Burst = cfg.Client.Burst
+	rc.UserAgent = "kubewire/" + version.Version
+
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	authz, err := authorizationclient.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("authorization client: %w", err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+
+	a := &App{opt: opt, log: opt.Logger, dispatchers: map[string]*sinks.Dispatcher{}}
+	deps := sinks.Deps{Stdout: opt.Stdout, Logger: opt.Logger}
+	for _, sc := range cfg.Sinks {
+		s, err := opt.Registry.New(sc, deps)
+		if err != nil {
+			return nil, err
+		}
+		a.dispatchers[sc.Name] = sinks.NewDispatcher(sc.Name, s, sinks.Options{
+			Shards:       cfg.Dispatch.Shards,
+			BufferEvents: cfg.Dispatch.BufferEvents,
+			BatchSize:    cfg.Dispatch.BatchSize,
+			Logger:       opt.Logger,
+		})
+	}
+	for _, rcfg := range cfg.Resources {
+		var out fanout
+		for _, name := range rcfg.Sinks {
+			out = append(out, a.dispatchers[name])
+		}
+		a.watchers = append(a.watchers, informer.NewWatcher(informer.Options{
+			Cluster:  cfg.Cluster,
+			Resource: rcfg,
+			Dynamic:  dyn,
+			Mapper:   mapper,
+			Access:   authz.SelfSubjectAccessReviews(),
+			Out:      out,
+			Logger:   opt.Logger,
+		}))
+	}
+	return a, nil
+}
+
+// fanout hands each Change to every sink of its resource. The Item is shared
+// so the CloudEvent is built once.
+type fanout []*sinks.Dispatcher
+
+func (f fanout) Enqueue(c *informer.Change) {
+	it := sinks.NewItem(c)
+	for _, d := range f {
+		d.Enqueue(it)
+	}
+}
+
+// Ready reports whether every informer has synced and every sink is healthy.
+func (a *App) Ready() bool {
+	for _, w := range a.watchers {
+		if !w.HasSynced() {
+			return false
+		}
+	}
+	for _, d := range a.dispatchers {
+		if !d.Healthy() {
+			return false
+		}
+	}
+	return true
+}
+
+// Run streams until ctx ends, then stops the informers and drains the sinks
+// for at most the configured drain timeout. It returns the number of events
+// that could not be delivered in that time (also logged).
+func (a *App) Run(ctx context.Context) (undelivered int, err error) {
+	for _, d := range a.dispatchers {
+		d.Start()
+	}
+	var wg sync.WaitGroup
+	for _, w := range a.watchers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(ctx); err != nil {
+				a.log.Error("watcher stopped", "resource", w.Name(), "err", err)
+			}
+		}()
+	}
+	a.log.Info("kubewire started", "version", version.Version, "resources", len(a.watchers), "sinks", len(a.dispatchers))
+	<-ctx.Done()
+	// Informers first: once they have returned, nothing new is enqueued and
+	// the dispatchers can drain to empty.
+	wg.Wait()
+
+	timeout := a.opt.Config.Dispatch.DrainTimeout.Duration
+	drainCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	var mu sync.Mutex
+	var dwg sync.WaitGroup
+	for name, d := range a.dispatchers {
+		dwg.Add(1)
+		go func() {
+			defer dwg.Done()
+			n := d.Close(drainCtx)
+			mu.Lock()
+			undelivered += n
+			mu.Unlock()
+			if n > 0 {
+				a.log.Error("shutdown: events not delivered before the drain deadline", "sink", name, "undelivered", n, "drainTimeout", timeout)
+			}
+		}()
+	}
+	dwg.Wait()
+	a.log.Info("kubewire stopped", "drained", time.Since(start).Round(time.Millisecond), "undelivered", undelivered)
+	return undelivered, nil
+}

@@ -1,0 +1,219 @@
+// Package cli is kubewire's command line: flags, logging, signals and exit
+// codes. cmd/kubewire only calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/kubewire/kubewire/internal/app"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/version"
+)
+
+// Exit codes.
+const (
+	ExitOK     = 0
+	ExitFailed = 1
+	// ExitConfig means the configuration (file or flags) is invalid.
+	ExitConfig = 2
+)
+
+// usageError is a bad flag or argument; it exits like a config error.
+type usageError struct{ error }
+
+// Main runs the command line with args (without the program name) and
+// returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := NewRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	var ce *config.Error
+	var ue usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ce):
+		fmt.Fprintln(stderr, "invalid configuration:")
+		fmt.Fprintln(stderr, indent(ce.Error()))
+		return ExitConfig
+	case errors.As(err, &ue):
+		fmt.Fprintln(stderr, "error:", err)
+		return ExitConfig
+	default:
+		fmt.Fprintln(stderr, "error:", err)
+		return ExitFailed
+	}
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+type globalFlags struct {
+	logLevel  string
+	logFormat string
+}
+
+// NewRoot builds the command tree.
+func NewRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:           "kubewire",
+		Short:         "Stream Kubernetes object changes into Kafka and NATS as CloudEvents",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout), newVersion(stdout))
+	return root
+}
+
+// logger builds the process logger and routes klog (client-go's logging)
+// into it, so there is one structured stream with one level.
+func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)}
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	switch g.logFormat {
+	case "text":
+		h = slog.NewTextHandler(w, opts)
+	case "json":
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, usageError{fmt.Errorf("--log-format %q: want text or json", g.logFormat)}
+	}
+	l := slog.New(h)
+	klog.SetSlogLogger(l)
+	return l, nil
+}
+
+func newValidate(stdout io.Writer) *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "validate --config FILE",
+		Short: "Check a config file without connecting to anything; exit 2 listing every error",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(path)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s: valid (%d resources, %d sinks)\n", path, len(cfg.Resources), len(cfg.Sinks))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+func newVersion(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(*cobra.Command, []string) {
+			fmt.Fprintln(stdout, "kubewire", version.Version)
+		},
+	}
+}
+
+func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
+	var path, kubeconfig, kubecontext string
+	cmd := &cobra.Command{
+		Use:   "run --config FILE",
+		Short: "Watch the configured resources and stream their changes to the sinks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(stderr)
+			if err != nil {
+				return err
+			}
+			cfg, err := config.Load(path)
+			if err != nil {
+				return err
+			}
+			rc, err := restConfig(kubeconfig, kubecontext)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(log)
+			defer stop()
+			a, err := app.New(app.Options{Config: cfg, REST: rc, Logger: log, Stdout: stdout})
+			if err != nil {
+				return err
+			}
+			_, err = a.Run(ctx)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, ~/.kube/config, then in-cluster")
+	cmd.Flags().StringVar(&kubecontext, "context", "", "kubeconfig context to use instead of the current one")
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+// restConfig follows client-go's standard loading rules: an explicit
+// --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster
+// service account.
+func restConfig(kubeconfig, kubecontext string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubecontext}
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("finding the cluster: %w", err)
+	}
+	return rc, nil
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM, which starts a
+// graceful drain. A second signal exits at once, for an operator who will not
+// wait for the drain.
+func signalContext(log *slog.Logger) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			log.Info("shutting down; draining in-flight events (signal again to exit at once)", "signal", s.String())
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-ch:
+			log.Warn("second signal; exiting without draining", "signal", s.String())
+			os.Exit(ExitFailed)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel()
+	}
+}

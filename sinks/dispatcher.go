@@ -1,0 +1,414 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/metrics"
+)
+
+// ExtConflated is set on an event that stands for several changes of its
+// object folded together while the buffer was full; its value is how many
+// earlier changes were folded in.
+const ExtConflated = "conflated"
+
+// Item is one Change on its way to every sink that receives it. The
+// CloudEvent is built once, by the first dispatcher that needs it, and shared.
+type Item struct {
+	Change *informer.Change
+
+	once sync.Once
+	ev   *event.Event
+	err  error
+}
+
+// NewItem wraps c for the dispatchers.
+func NewItem(c *informer.Change) *Item { return &Item{Change: c} }
+
+// Event returns the CloudEvent of the item, building it on first use.
+func (it *Item) Event() (*event.Event, error) {
+	it.once.Do(func() { it.ev, it.err = encoding.Event(it.Change) })
+	return it.ev, it.err
+}
+
+// Options tune a Dispatcher. Zero values take the documented defaults.
+type Options struct {
+	// Shards is the number of per-key FIFOs worked in parallel (default 16).
+	Shards int
+	// BufferEvents is how many events may wait before new changes are folded
+	// into queued ones of the same object (default 10000).
+	BufferEvents int
+	// BatchSize is the most events handed to one Sink.Write (default 100).
+	BatchSize int
+	// RetryInitial and RetryMax bound the exponential backoff between
+	// attempts (defaults 100ms and 30s). Jitter is added on top.
+	RetryInitial, RetryMax time.Duration
+	Logger               *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Shards <= 0 {
+		o.Shards = 16
+	}
+	if o.BufferEvents <= 0 {
+		o.BufferEvents = 10000
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 100
+	}
+	if o.RetryInitial <= 0 {
+		o.RetryInitial = 100 * time.Millisecond
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Dispatcher delivers Items to one Sink. Items with the same key go to the
+// same shard and are written strictly in order, each retried until the sink
+// acknowledges it; different shards run in parallel. Enqueue never blocks:
+// when the buffer is full, a new change of an object that is still queued
+// replaces the queued one (conflation), so memory stays at about one entry
+// per object however long the broker is away.
+type Dispatcher struct {
+	name string
+	sink Sink
+	opt  Options
+	log  *slog.Logger
+
+	shards []*shard
+	queued atomic.Int64
+
+	// work is cancelled only when draining runs out of time; SIGTERM alone
+	// lets in-flight writes finish.
+	work       context.Context
+	cancelWork context.CancelFunc
+	connected  chan struct{}
+	wg         sync.WaitGroup
+	closeOnce  sync.Once
+
+	healthy atomic.Bool
+
+	// barrierMu makes the insertion of a barrier into all shards atomic with
+	// respect to other barriers, so every shard sees barriers in one order.
+	barrierMu sync.Mutex
+}
+
+// NewDispatcher returns a dispatcher for sink. Call Start before Enqueue has
+// any effect on the broker, and Close to drain.
+func NewDispatcher(name string, sink Sink, opt Options) *Dispatcher {
+	opt.defaults()
+	d := &Dispatcher{
+		name:      name,
+		sink:      sink,
+		opt:       opt,
+		log:       opt.Logger.With("sink", name),
+		connected: make(chan struct{}),
+	}
+	d.work, d.cancelWork = context.WithCancel(context.Background())
+	d.shards = make([]*shard, opt.Shards)
+	for i := range d.shards {
+		d.shards[i] = &shard{pending: map[string]*entry{}, notify: make(chan struct{}, 1)}
+	}
+	metrics.SinkHealthy.WithLabelValues(name).Set(0)
+	return d
+}
+
+// Name is the sink's configured name.
+func (d *Dispatcher) Name() string { return d.name }
+
+// Healthy reports whether the sink is connected and its last write succeeded.
+func (d *Dispatcher) Healthy() bool { return d.healthy.Load() }
+
+// Queued is the number of events waiting or in flight.
+func (d *Dispatcher) Queued() int { return int(d.queued.Load()) }
+
+// Start connects the sink (retrying with backoff) and starts the shard
+// workers.
+func (d *Dispatcher) Start() {
+	d.wg.Add(1 + len(d.shards))
+	go func() {
+		defer d.wg.Done()
+		d.connect()
+	}()
+	for _, s := range d.shards {
+		go func() {
+			defer d.wg.Done()
+			d.work1(s)
+		}()
+	}
+}
+
+func (d *Dispatcher) connect() {
+	b := d.newBackoff()
+	for attempt := 1; ; attempt++ {
+		err := d.sink.Connect(d.work)
+		if err == nil {
+			d.setHealthy(true)
+			close(d.connected)
+			if attempt > 1 {
+				d.log.Info("sink connected", "attempts", attempt)
+			}
+			return
+		}
+		if d.work.Err() != nil {
+			return
+		}
+		d.log.Error("sink connect failed; retrying", "attempt", attempt, "err", err)
+		if !b.wait(d.work) {
+			return
+		}
+	}
+}
+
+// Enqueue hands an item to the dispatcher. It never blocks. Snapshot markers
+// are barriers: they are written only after everything enqueued before them
+// has been acknowledged, and nothing enqueued after them is written before
+// them.
+func (d *Dispatcher) Enqueue(it *Item) {
+	if it.Change.IsMarker() {
+		d.enqueueBarrier(it)
+		return
+	}
+	s := d.shards[shardOf(it.Change.Key, len(d.shards))]
+	full := d.queued.Load() >= int64(d.opt.BufferEvents)
+	if s.push(it, full) {
+		d.queued.Add(1)
+		metrics.BufferEvents.WithLabelValues(d.name).Inc()
+	} else {
+		metrics.EventsConflated.WithLabelValues(d.name).Inc()
+	}
+}
+
+func (d *Dispatcher) enqueueBarrier(it *Item) {
+	b := &barrier{item: it, done: make(chan struct{})}
+	b.remaining.Store(int32(len(d.shards)))
+	d.barrierMu.Lock()
+	defer d.barrierMu.Unlock()
+	d.queued.Add(1)
+	metrics.BufferEvents.WithLabelValues(d.name).Inc()
+	for _, s := range d.shards {
+		s.pushBarrier(b)
+	}
+}
+
+// Close stops accepting work and drains what is queued until ctx ends. It
+// returns how many events were not acknowledged. The sink is closed last.
+func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
+	d.closeOnce.Do(func() {
+		for _, s := range d.shards {
+			s.close()
+		}
+		done := make(chan struct{})
+		go func() { d.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			d.cancelWork()
+			<-done
+		}
+		d.cancelWork()
+		undelivered = int(d.queued.Load())
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := d.sink.Close(closeCtx); err != nil {
+			d.log.Error("closing sink", "err", err)
+		}
+	})
+	return undelivered
+}
+
+// work1 is the loop of one shard: take a batch, or arrive at a barrier.
+func (d *Dispatcher) work1(s *shard) {
+	select {
+	case <-d.connected:
+	case <-d.work.Done():
+		return
+	}
+	batch := make([]*entry, 0, d.opt.BatchSize)
+	events := make([]*event.Event, 0, d.opt.BatchSize)
+	for {
+		var b *barrier
+		batch, b = s.take(d.work, batch[:0], d.opt.BatchSize)
+		switch {
+		case b != nil:
+			if !d.arrive(b) {
+				return
+			}
+		case len(batch) > 0:
+			events = d.deliver(batch, events[:0])
+			if d.work.Err() != nil {
+				return
+			}
+			d.done(len(batch))
+		default:
+			return
+		}
+	}
+}
+
+func (d *Dispatcher) done(n int) {
+	d.queued.Add(int64(-n))
+	metrics.BufferEvents.WithLabelValues(d.name).Sub(float64(n))
+}
+
+// arrive blocks the shard at the barrier. The last shard to arrive knows
+// everything before the barrier is acknowledged everywhere, writes the marker
+// and lets all shards go on.
+func (d *Dispatcher) arrive(b *barrier) bool {
+	if b.remaining.Add(-1) == 0 {
+		d.deliver([]*entry{{item: b.item, key: b.item.Change.Key}}, nil)
+		if d.work.Err() != nil {
+			return false
+		}
+		d.done(1)
+		close(b.done)
+		return true
+	}
+	select {
+	case <-b.done:
+		return true
+	case <-d.work.Done():
+		return false
+	}
+}
+
+// deliver writes batch until the sink acknowledges it or the work context
+// ends. It gives up on nothing except events that cannot be encoded and
+// events the sink refuses permanently; both are logged and counted.
+func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Event {
+	for _, e := range batch {
+		ev, err := e.item.Event()
+		if err != nil {
+			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
+			metrics.EventsFailed.WithLabelValues(d.name, "encode").Inc()
+			continue
+		}
+		if e.conflated > 0 {
+			c := ev.Clone()
+			c.SetExtension(ExtConflated, strconv.Itoa(e.conflated))
+			ev = &c
+		}
+		events = append(events, ev)
+	}
+	if len(events) == 0 {
+		return events
+	}
+	b := d.newBackoff()
+	for attempt := 1; ; attempt++ {
+		err := d.sink.Write(d.work, events)
+		if err == nil {
+			d.setHealthy(true)
+			metrics.EventsPublished.WithLabelValues(d.name).Add(float64(len(events)))
+			return events
+		}
+		if d.work.Err() != nil {
+			return events
+		}
+		if errors.Is(err, ErrPermanent) {
+			if len(events) > 1 {
+				// Find the culprit: write one at a time, in order, so only
+				// the refused events are dropped.
+				for _, ev := range events {
+					d.deliver1(ev)
+				}
+				return events
+			}
+			d.log.Error("sink refused event permanently; dropping it", "id", events[0].ID(),
+				"partitionkey", events[0].Extensions()[encoding.ExtPartitionKey], "err", err)
+			metrics.EventsFailed.WithLabelValues(d.name, "refused").Inc()
+			return events
+		}
+		d.setHealthy(false)
+		metrics.WriteRetries.WithLabelValues(d.name).Inc()
+		if attempt == 1 || attempt%10 == 0 {
+			d.log.Warn("sink write failed; retrying", "attempt", attempt, "events", len(events), "err", err)
+		}
+		if !b.wait(d.work) {
+			return events
+		}
+	}
+}
+
+func (d *Dispatcher) deliver1(ev *event.Event) {
+	one := [1]*event.Event{ev}
+	b := d.newBackoff()
+	for attempt := 1; ; attempt++ {
+		err := d.sink.Write(d.work, one[:])
+		switch {
+		case err == nil:
+			d.setHealthy(true)
+			metrics.EventsPublished.WithLabelValues(d.name).Inc()
+			return
+		case d.work.Err() != nil:
+			return
+		case errors.Is(err, ErrPermanent):
+			d.log.Error("sink refused event permanently; dropping it", "id", ev.ID(),
+				"partitionkey", ev.Extensions()[encoding.ExtPartitionKey], "err", err)
+			metrics.EventsFailed.WithLabelValues(d.name, "refused").Inc()
+			return
+		}
+		d.setHealthy(false)
+		metrics.WriteRetries.WithLabelValues(d.name).Inc()
+		if !b.wait(d.work) {
+			return
+		}
+	}
+}
+
+func (d *Dispatcher) setHealthy(ok bool) {
+	if d.healthy.Swap(ok) != ok {
+		v := 0.0
+		if ok {
+			v = 1
+		}
+		metrics.SinkHealthy.WithLabelValues(d.name).Set(v)
+	}
+}
+
+type backoff struct {
+	next, max time.Duration
+}
+
+func (d *Dispatcher) newBackoff() *backoff {
+	return &backoff{next: d.opt.RetryInitial, max: d.opt.RetryMax}
+}
+
+// wait sleeps for the next backoff step, with up to 50% jitter so that many
+// shards retrying one broker do not hammer it in lockstep. It returns false
+// if ctx ended first.
+func (b *backoff) wait(ctx context.Context) bool {
+	d := b.next + rand.N(b.next/2+1)
+	b.next = min(b.next*2, b.max)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// shardOf hashes key with FNV-1a; inline so the hot path does not allocate.
+func shardOf(key string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
+}

@@ -1,0 +1,142 @@
+package sinks
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kubewire/kubewire/informer"
+)
+
+// entry is one queued item of a shard, or a barrier.
+type entry struct {
+	item *Item
+	key  string
+	// conflated counts the earlier changes of this object folded into it.
+	conflated int
+	// epoch is the number of barriers queued before this entry. Folding is
+	// allowed only within one epoch: moving a change across a snapshot
+	// marker would change what the consumer's snapshot rule concludes.
+	epoch   uint64
+	barrier *barrier
+}
+
+// barrier is a snapshot marker queued in every shard at once.
+type barrier struct {
+	item      *Item
+	remaining atomic.Int32
+	done      chan struct{}
+}
+
+// shard is one FIFO. Entries of one key always land in the same shard, so
+// taking from the head in order keeps per-key order.
+type shard struct {
+	mu   sync.Mutex
+	q    []*entry
+	head int
+	// pending is the newest queued entry of each key not yet taken by the
+	// worker; conflation replaces its item.
+	pending map[string]*entry
+	epoch   uint64
+	closed  bool
+	notify  chan struct{}
+}
+
+// push appends it, or, when the buffer is full, folds it into the queued
+// entry of the same object. It reports whether it appended. A delete is never
+// folded away: a change after a queued delete (a re-creation) is appended.
+func (s *shard) push(it *Item, full bool) bool {
+	key := it.Change.Key
+	s.mu.Lock()
+	if full {
+		if p := s.pending[key]; p != nil && p.epoch == s.epoch && p.item.Change.Op != informer.OpDeleted {
+			p.item = it
+			p.conflated++
+			s.mu.Unlock()
+			return false
+		}
+	}
+	e := &entry{item: it, key: key, epoch: s.epoch}
+	s.q = append(s.q, e)
+	s.pending[key] = e
+	s.mu.Unlock()
+	s.wake()
+	return true
+}
+
+func (s *shard) pushBarrier(b *barrier) {
+	s.mu.Lock()
+	s.q = append(s.q, &entry{barrier: b, key: b.item.Change.Key})
+	s.epoch++
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *shard) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *shard) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// take waits for work. It returns up to max entries in order, stopping before
+// a barrier; or the barrier at the head; or nothing once the shard is closed
+// and empty, or ctx ends.
+func (s *shard) take(ctx context.Context, buf []*entry, max int) ([]*entry, *barrier) {
+	for {
+		s.mu.Lock()
+		if s.head < len(s.q) {
+			if b := s.q[s.head].barrier; b != nil {
+				s.pop()
+				s.mu.Unlock()
+				return buf, b
+			}
+			for s.head < len(s.q) && len(buf) < max && s.q[s.head].barrier == nil {
+				e := s.q[s.head]
+				s.pop()
+				if s.pending[e.key] == e {
+					delete(s.pending, e.key)
+				}
+				buf = append(buf, e)
+			}
+			s.mu.Unlock()
+			return buf, nil
+		}
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return buf, nil
+		}
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return buf, nil
+		}
+	}
+}
+
+// pop drops the head. The backing array is reused once the queue empties, and
+// compacted when the dead prefix dominates, so a long outage followed by
+// recovery does not pin the peak allocation forever.
+func (s *shard) pop() {
+	s.q[s.head] = nil
+	s.head++
+	switch {
+	case s.head == len(s.q):
+		s.q, s.head = s.q[:0], 0
+		if cap(s.q) > 4096 {
+			s.q = nil
+		}
+	case s.head > 1024 && s.head > len(s.q)/2:
+		n := copy(s.q, s.q[s.head:])
+		clear(s.q[n:])
+		s.q, s.head = s.q[:n], 0
+	}
+}

@@ -1,0 +1,84 @@
+// Package sinks holds the contract between kubewire's delivery engine and the
+// adapters that talk to brokers, the registry of adapters, and the ordered
+// dispatcher that owns retries, ordering and buffering for every adapter.
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/internal/config"
+)
+
+// Sink is what an adapter implements. The dispatcher calls it; adapters do
+// not retry, reorder or buffer beyond one Write.
+//
+// Connect is called once before the first Write. It may fail; the dispatcher
+// retries it with backoff.
+//
+// Write publishes events in the order given and returns nil only once the
+// broker has acknowledged every one of them. Events with the same
+// partitionkey extension must reach the broker in slice order. On a non-nil
+// error the dispatcher sends the whole slice again (the ids are stable, so a
+// consumer can drop what was already delivered), unless the error wraps
+// ErrPermanent. Write is called concurrently from several shards.
+//
+// Close flushes and releases the connection. It is called once, after the
+// last Write has returned.
+type Sink interface {
+	Connect(ctx context.Context) error
+	Write(ctx context.Context, events []*event.Event) error
+	Close(ctx context.Context) error
+}
+
+// ErrPermanent marks a failure that no retry can cure (the broker refused an
+// oversized event, say). The dispatcher logs it, counts it and moves on
+// rather than stalling every later event of the shard.
+var ErrPermanent = errors.New("permanent failure")
+
+// Permanent wraps err so that errors.Is(err, ErrPermanent) holds.
+func Permanent(err error) error {
+	return fmt.Errorf("%w: %w", ErrPermanent, err)
+}
+
+// Deps are what the process gives adapters: a place for the stdout sink to
+// write and the logger.
+type Deps struct {
+	Stdout io.Writer
+	Logger *slog.Logger
+}
+
+// Factory builds an adapter from its validated config.
+type Factory func(cfg config.Sink, deps Deps) (Sink, error)
+
+// Registry maps a sink type (the config's `type`) to its factory.
+type Registry map[string]Factory
+
+// New builds the sink cfg describes.
+func (r Registry) New(cfg config.Sink, deps Deps) (Sink, error) {
+	f, ok := r[cfg.Type]
+	if !ok {
+		return nil, fmt.Errorf("sink %q: no adapter for type %q (have %v)", cfg.Name, cfg.Type, r.Types())
+	}
+	s, err := f(cfg, deps)
+	if err != nil {
+		return nil, fmt.Errorf("sink %q (%s): %w", cfg.Name, cfg.Type, err)
+	}
+	return s, nil
+}
+
+// Types lists the registered sink types, sorted.
+func (r Registry) Types() []string {
+	ts := make([]string, 0, len(r))
+	for t := range r {
+		ts = append(ts, t)
+	}
+	sort.Strings(ts)
+	return ts
+}
