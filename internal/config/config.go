@@ -1,0 +1,179 @@
+// Package config defines kubewire's versioned configuration file: its typed
+// schema, strict loading, defaulting and validation.
+//
+// A file is read with [Load] (or [Parse] for bytes). Loading is strict: unknown
+// fields, values of the wrong type, duplicate keys and every semantic problem
+// are collected and returned together as a single [*Error], so a user can fix
+// a file in one pass. Callers can detect that case with errors.As and treat it
+// as a usage error.
+package config
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// APIVersion is the only apiVersion this package accepts.
+const APIVersion = "kubewire.io/v1alpha1"
+
+// Kind is the only kind this package accepts.
+const Kind = "Config"
+
+// Operations a resource can emit. A resource emits all four unless its
+// operations list says otherwise.
+const (
+	OpAdded   = "added"
+	OpUpdated = "updated"
+	OpDeleted = "deleted"
+	// OpSynced marks the events of a snapshot: the full current state of a
+	// resource, sent once after the initial LIST and then every
+	// snapshotInterval. Leaving it out disables snapshots.
+	OpSynced = "synced"
+)
+
+// Operations lists every supported operation, in canonical order.
+func Operations() []string {
+	return []string{OpAdded, OpUpdated, OpDeleted, OpSynced}
+}
+
+// SinkTypeStdout is the sink type that writes CloudEvents to standard
+// output.
+const SinkTypeStdout = "stdout"
+
+// sinkTypes lists the supported sink types. Adding a sink type means adding
+// it here, adding its block to Sink and adding that block to Sink.blocks.
+var sinkTypes = []string{SinkTypeStdout}
+
+// SinkTypes lists the supported sink types.
+func SinkTypes() []string { return slices.Clone(sinkTypes) }
+
+// Config is the root of a kubewire configuration file.
+type Config struct {
+	// APIVersion must be APIVersion.
+	APIVersion string `json:"apiVersion"`
+	// Kind must be Kind.
+	Kind string `json:"kind"`
+	// Cluster names the watched cluster. It is a DNS-1123 label because it
+	// appears in CloudEvent sources and in NATS subjects.
+	Cluster string `json:"cluster"`
+	// Client tunes the Kubernetes API client.
+	Client ClientConfig `json:"client"`
+	// Dispatch tunes the per-sink event dispatcher.
+	Dispatch DispatchConfig `json:"dispatch"`
+	// Resources lists what to watch. There is one informer per resource.
+	Resources []Resource `json:"resources"`
+	// Sinks lists where events go.
+	Sinks []Sink `json:"sinks"`
+}
+
+// ClientConfig tunes the Kubernetes API client's rate limiter.
+type ClientConfig struct {
+	// QPS is the sustained request rate to the API server. Default 50.
+	QPS float32 `json:"qps"`
+	// Burst is the short-term request allowance above QPS. Default 100
+	// (or QPS rounded up, if that is larger); never below QPS.
+	Burst int `json:"burst"`
+}
+
+// DispatchConfig tunes the dispatcher that sits in front of every sink.
+type DispatchConfig struct {
+	// Shards is the number of parallel lanes per sink. Default 16, range
+	// 1..1024.
+	Shards int `json:"shards"`
+	// BufferEvents is the number of events a sink may have queued before its
+	// overflow policy applies. Default 10000.
+	BufferEvents int `json:"bufferEvents"`
+	// BatchSize is the largest number of events handed to a sink at once.
+	// Default 100, range 1..10000.
+	BatchSize int `json:"batchSize"`
+	// DrainTimeout is how long shutdown waits for in-flight events.
+	// Default 30s.
+	DrainTimeout Duration `json:"drainTimeout"`
+}
+
+// Resource selects one Kubernetes resource to watch and where its events go.
+type Resource struct {
+	// Group is the API group; "" is the core group.
+	Group string `json:"group"`
+	// Version is the API version, e.g. "v1".
+	Version string `json:"version"`
+	// Resource is the lowercase plural resource name, e.g. "configmaps".
+	Resource string `json:"resource"`
+	// Namespaces restricts the watch to these namespaces. Empty means all
+	// namespaces.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// LabelSelector filters objects server-side by label.
+	LabelSelector string `json:"labelSelector,omitempty"`
+	// FieldSelector filters objects server-side by field.
+	FieldSelector string `json:"fieldSelector,omitempty"`
+	// Operations lists the operations to emit. Default: all of Operations().
+	Operations []string `json:"operations,omitempty"`
+	// SnapshotInterval is how often to emit a full snapshot (synced events).
+	// Zero disables periodic snapshots; the initial snapshot still happens
+	// when synced is emitted. Default 30m.
+	SnapshotInterval Duration `json:"snapshotInterval"`
+	// KeepManagedFields keeps metadata.managedFields on cached objects.
+	// Default false: they are stripped before caching.
+	KeepManagedFields bool `json:"keepManagedFields,omitempty"`
+	// Sinks names the sinks that receive this resource's events.
+	Sinks []string `json:"sinks"`
+}
+
+// GVR returns the resource's group, version and resource.
+func (r Resource) GVR() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource}
+}
+
+// Emits reports whether events of operation op are sent for this resource.
+// A resource whose Operations is nil (not yet defaulted) emits everything.
+func (r Resource) Emits(op string) bool {
+	if r.Operations == nil {
+		return slices.Contains(Operations(), op)
+	}
+	return slices.Contains(r.Operations, op)
+}
+
+// AllNamespaces reports whether the resource is watched in all namespaces.
+func (r Resource) AllNamespaces() bool { return len(r.Namespaces) == 0 }
+
+// Sink is one destination for events. Exactly the block matching Type may be
+// set; for types whose block has no required fields the block may be omitted.
+type Sink struct {
+	// Name identifies the sink; resources refer to it. A DNS-1123 label.
+	Name string `json:"name"`
+	// Type is one of SinkTypes().
+	Type string `json:"type"`
+	// Stdout configures a sink of type "stdout".
+	Stdout *StdoutSink `json:"stdout,omitempty"`
+}
+
+// StdoutSink configures a sink that writes CloudEvents to standard output as
+// JSON.
+type StdoutSink struct {
+	// Pretty indents the JSON of each event.
+	Pretty bool `json:"pretty,omitempty"`
+}
+
+// sinkBlock is a type-specific block of a Sink.
+type sinkBlock struct {
+	name string // JSON field name, equal to the sink type it belongs to
+	set  bool
+}
+
+// blocks returns every type-specific block of s and whether it is set.
+func (s *Sink) blocks() []sinkBlock {
+	return []sinkBlock{
+		{name: SinkTypeStdout, set: s.Stdout != nil},
+	}
+}
+
+// Sink returns the sink called name.
+func (c *Config) Sink(name string) (*Sink, bool) {
+	for i := range c.Sinks {
+		if c.Sinks[i].Name == name {
+			return &c.Sinks[i], true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,80 @@
+package config
+
+import (
+	"math"
+	"time"
+)
+
+// Defaults and limits. See docs/configuration.md for the reasoning.
+const (
+	DefaultQPS              = 50
+	DefaultBurst            = 100
+	DefaultShards           = 16
+	MaxShards               = 1024
+	DefaultBufferEvents     = 10000
+	DefaultBatchSize        = 100
+	MaxBatchSize            = 10000
+	DefaultDrainTimeout     = 30 * time.Second
+	DefaultSnapshotInterval = 30 * time.Minute
+	MinSnapshotInterval     = 10 * time.Second
+)
+
+// ApplyDefaults fills in every field left at its zero value. Parse and Load
+// call it already; it is exported for configurations built in code. Unlike
+// Parse, it cannot tell an explicit 0 from an omitted field, so zero numbers
+// are always replaced (use NewDuration(0) to keep a zero snapshotInterval).
+// It is idempotent.
+func (c *Config) ApplyDefaults() { applyDefaults(c, nil) }
+
+// applyDefaults fills in defaults. given holds the field paths that were
+// present in the file: a number written explicitly as 0 is left alone so
+// that validation can reject it rather than silently replacing it.
+func applyDefaults(c *Config, given map[string]bool) {
+	if c.Client.QPS == 0 && !given["client.qps"] {
+		c.Client.QPS = DefaultQPS
+	}
+	if c.Client.Burst == 0 && !given["client.burst"] {
+		c.Client.Burst = DefaultBurst
+		// A burst below qps is invalid; do not make an omitted burst the
+		// reason a file with a high qps fails validation.
+		if q := float64(c.Client.QPS); q > DefaultBurst && q <= math.MaxInt32 {
+			c.Client.Burst = int(math.Ceil(q))
+		}
+	}
+
+	d := &c.Dispatch
+	if d.Shards == 0 && !given["dispatch.shards"] {
+		d.Shards = DefaultShards
+	}
+	if d.BufferEvents == 0 && !given["dispatch.bufferEvents"] {
+		d.BufferEvents = DefaultBufferEvents
+	}
+	if d.BatchSize == 0 && !given["dispatch.batchSize"] {
+		d.BatchSize = DefaultBatchSize
+	}
+	if d.DrainTimeout.unset() {
+		d.DrainTimeout.Duration = DefaultDrainTimeout
+	}
+
+	for i := range c.Resources {
+		r := &c.Resources[i]
+		if r.Operations == nil {
+			r.Operations = Operations()
+		}
+		if r.SnapshotInterval.unset() {
+			r.SnapshotInterval.Duration = DefaultSnapshotInterval
+		}
+	}
+
+	for i := range c.Sinks {
+		s := &c.Sinks[i]
+		if s.Type == SinkTypeStdout && s.Stdout == nil {
+			s.Stdout = &StdoutSink{}
+		}
+	}
+}
+
+// unset reports whether the duration was neither given nor defaulted.
+func (d Duration) unset() bool {
+	return !d.set && d.Duration == 0 && d.invalid == ""
+}

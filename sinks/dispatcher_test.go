@@ -1,0 +1,289 @@
+package sinks_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+var res = informer.NewResource("test", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
+
+func change(op informer.Op, name string, rv int) *informer.Change {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("v1")
+	u.SetKind("ConfigMap")
+	u.SetNamespace("ns")
+	u.SetName(name)
+	u.SetUID(types.UID("uid-" + name))
+	u.SetResourceVersion(strconv.Itoa(rv))
+	return &informer.Change{Op: op, Resource: res, Key: res.ObjectKey("ns", name), Object: u, Observed: time.Unix(1, 0)}
+}
+
+func marker(op informer.Op, id string, n int) *informer.Change {
+	return &informer.Change{Op: op, Resource: res, Key: res.KeyPrefix, SnapshotID: id, Count: n, Observed: time.Unix(1, 0)}
+}
+
+// recorder is an in-memory sink. It records only what it acknowledges, can
+// be told to fail, and can be gated shut to simulate a broker outage.
+type recorder struct {
+	mu       sync.Mutex
+	got      []*event.Event
+	failRate float64                  // transient failure probability per Write
+	refuse   func(*event.Event) bool // permanent refusal
+	gate     chan struct{}           // while non-nil and open, Writes fail
+	writes   int
+}
+
+func (r *recorder) Connect(context.Context) error { return nil }
+func (r *recorder) Close(context.Context) error   { return nil }
+
+var errDown = errors.New("broker down")
+
+func (r *recorder) Write(ctx context.Context, evs []*event.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writes++
+	if r.gate != nil {
+		select {
+		case <-r.gate:
+		default:
+			return errDown
+		}
+	}
+	if r.failRate > 0 && rand.Float64() < r.failRate {
+		return errDown
+	}
+	if r.refuse != nil {
+		for _, ev := range evs {
+			if r.refuse(ev) {
+				return sinks.Permanent(fmt.Errorf("too large: %s", ev.ID()))
+			}
+		}
+	}
+	r.got = append(r.got, evs...)
+	return nil
+}
+
+func (r *recorder) events() []*event.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*event.Event(nil), r.got...)
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func fastOptions() sinks.Options {
+	return sinks.Options{Shards: 4, BatchSize: 7, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond}
+}
+
+func rvOf(ev *event.Event) int {
+	n, _ := strconv.Atoi(ev.Extensions()[encoding.ExtResourceVersion].(string))
+	return n
+}
+
+func key(ev *event.Event) string { return ev.Extensions()[encoding.ExtPartitionKey].(string) }
+
+func TestEachObjectsEventsArriveInOrderWhileTheSinkFailsAtRandom(t *testing.T) {
+	rec := &recorder{failRate: 0.3}
+	d := sinks.NewDispatcher("order", rec, fastOptions())
+	d.Start()
+	const keys, perKey = 40, 50
+	for rv := 1; rv <= perKey; rv++ {
+		for k := range keys {
+			d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+		}
+	}
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("Close reported %d undelivered events, want 0", n)
+	}
+	last := map[string]int{}
+	for _, ev := range rec.events() {
+		k, rv := key(ev), rvOf(ev)
+		if rv != last[k]+1 {
+			t.Fatalf("key %s: got resourceVersion %d after %d; want every change once, in order", k, rv, last[k])
+		}
+		last[k] = rv
+	}
+	if len(last) != keys {
+		t.Fatalf("saw %d keys, want %d", len(last), keys)
+	}
+	for k, rv := range last {
+		if rv != perKey {
+			t.Errorf("key %s ended at %d, want %d", k, rv, perKey)
+		}
+	}
+}
+
+func TestSnapshotMarkersFrameTheirRecordsAcrossAllShards(t *testing.T) {
+	rec := &recorder{failRate: 0.2}
+	d := sinks.NewDispatcher("snap", rec, fastOptions())
+	d.Start()
+	for i := range 20 {
+		d.Enqueue(sinks.NewItem(change(informer.OpAdded, "before"+strconv.Itoa(i), 1)))
+	}
+	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+	for i := range 30 {
+		c := change(informer.OpSynced, "rec"+strconv.Itoa(i), 2)
+		c.SnapshotID = "s1"
+		d.Enqueue(sinks.NewItem(c))
+	}
+	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 30)))
+	for i := range 20 {
+		d.Enqueue(sinks.NewItem(change(informer.OpAdded, "after"+strconv.Itoa(i), 3)))
+	}
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	evs := rec.events()
+	if len(evs) != 72 {
+		t.Fatalf("got %d events, want 72", len(evs))
+	}
+	started, completed := -1, -1
+	for i, ev := range evs {
+		switch ev.Type() {
+		case encoding.TypeSnapshotStarted:
+			started = i
+		case encoding.TypeSnapshotCompleted:
+			completed = i
+		}
+	}
+	if started != 20 || completed != 51 {
+		t.Fatalf("started at %d and completed at %d; want 20 and 51 (after every earlier event, before every later one)", started, completed)
+	}
+	for i, ev := range evs {
+		if i == started || i == completed {
+			continue
+		}
+		rv := rvOf(ev)
+		switch {
+		case i < started && rv != 1, i > started && i < completed && ev.Type() != encoding.TypeSynced, i > completed && rv != 3:
+			t.Fatalf("event %d (%s rv %d) is on the wrong side of a marker", i, ev.Type(), rv)
+		}
+	}
+}
+
+func TestAFullBufferConflatesPerObjectAndNeverFoldsADelete(t *testing.T) {
+	rec := &recorder{gate: make(chan struct{})}
+	opt := fastOptions()
+	opt.BufferEvents = 10
+	d := sinks.NewDispatcher("conflate", rec, opt)
+	d.Start()
+	const keys, perKey = 5, 400
+	for rv := 1; rv <= perKey; rv++ {
+		for k := range keys {
+			d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+		}
+	}
+	// A delete followed by a re-creation of one object must both survive.
+	d.Enqueue(sinks.NewItem(change(informer.OpDeleted, "cm0", perKey+1)))
+	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "cm0", perKey+2)))
+	d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm0", perKey+3)))
+
+	// While the broker is down, the queue holds about one entry per object
+	// (plus what a shard had already taken), not every change.
+	if q := d.Queued(); q > opt.BufferEvents+keys*2 {
+		t.Fatalf("queued %d events during the outage; want at most %d", q, opt.BufferEvents+keys*2)
+	}
+	close(rec.gate)
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	last := map[string]*event.Event{}
+	var sawDelete bool
+	folded := 0
+	for _, ev := range rec.events() {
+		k := key(ev)
+		if p := last[k]; p != nil && rvOf(ev) <= rvOf(p) {
+			t.Fatalf("key %s went from rv %d to %d", k, rvOf(p), rvOf(ev))
+		}
+		last[k] = ev
+		if ev.Type() == encoding.TypeDeleted {
+			sawDelete = true
+		}
+		if v, ok := ev.Extensions()[sinks.ExtConflated]; ok {
+			n, _ := strconv.Atoi(v.(string))
+			folded += n
+		}
+	}
+	if !sawDelete {
+		t.Fatal("the delete was folded away")
+	}
+	for k := range keys {
+		want := perKey
+		if k == 0 {
+			want = perKey + 3
+		}
+		if got := rvOf(last[res.ObjectKey("ns", "cm"+strconv.Itoa(k))]); got != want {
+			t.Errorf("cm%d ended at rv %d, want %d", k, got, want)
+		}
+	}
+	if folded == 0 {
+		t.Error("no event carried a conflated count")
+	}
+	if c := testutil.ToFloat64(metrics.EventsConflated.WithLabelValues("conflate")); c == 0 {
+		t.Error("kubewire_events_conflated_total did not move")
+	}
+}
+
+func TestClosingWithABrokerDownReportsWhatWasNotDelivered(t *testing.T) {
+	rec := &recorder{gate: make(chan struct{})}
+	d := sinks.NewDispatcher("down", rec, fastOptions())
+	d.Start()
+	for i := range 25 {
+		d.Enqueue(sinks.NewItem(change(informer.OpAdded, "cm"+strconv.Itoa(i), 1)))
+	}
+	waitFor(t, "a failed write", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return rec.writes > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if n := d.Close(ctx); n != 25 {
+		t.Fatalf("Close reported %d undelivered, want 25", n)
+	}
+	if d.Healthy() {
+		t.Error("a sink whose writes fail reports healthy")
+	}
+}
+
+func TestAPermanentlyRefusedEventIsCountedAndDoesNotStallItsShard(t *testing.T) {
+	rec := &recorder{refuse: func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") }}
+	d := sinks.NewDispatcher("refuse", rec, fastOptions())
+	d.Start()
+	before := testutil.ToFloat64(metrics.EventsFailed.WithLabelValues("refuse", "refused"))
+	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "a", 1)))
+	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "huge", 1)))
+	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "b", 1)))
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	if got := len(rec.events()); got != 2 {
+		t.Fatalf("delivered %d events, want the 2 that were not refused", got)
+	}
+	if got := testutil.ToFloat64(metrics.EventsFailed.WithLabelValues("refuse", "refused")) - before; got != 1 {
+		t.Fatalf("kubewire_events_failed_total{reason=refused} moved by %v, want 1", got)
+	}
+}
