@@ -345,7 +345,7 @@ func (w *Watcher) checkAccess(ctx context.Context, attempt int) error {
 			metrics.InformerErrors.WithLabelValues(w.name, "forbidden").Inc()
 			if attempt == 1 || attempt%10 == 0 {
 				w.log.Error("permission denied; this resource will not stream until it is granted",
-					"verb", verb, "group", w.gvr.Group, "namespace", nsLabel(ns), "reason", r.Status.Reason, "attempt", attempt)
+					"verb", verb, "group", w.gvr.Group, "namespace", nsOrAll(ns), "reason", r.Status.Reason, "attempt", attempt)
 			}
 			return &ForbiddenError{Verb: verb, GVR: w.gvr, Namespace: ns}
 		}
@@ -362,6 +362,13 @@ type ForbiddenError struct {
 
 func (e *ForbiddenError) Error() string {
 	return fmt.Sprintf("permission denied: cannot %s %s in %s", e.Verb, e.GVR.GroupResource(), nsLabel(e.Namespace))
+}
+
+func nsOrAll(ns string) string {
+	if ns == "" {
+		return "(all namespaces)"
+	}
+	return ns
 }
 
 func nsLabel(ns string) string {
@@ -441,7 +448,7 @@ func (w *Watcher) watchError(ctx context.Context, _ *cache.Reflector, err error)
 	case apierrors.IsForbidden(err):
 		reason = "forbidden"
 		w.log.Error("permission denied listing or watching resource", "group", w.gvr.Group,
-			"namespace", nsLabel(w.scope()), "err", err)
+			"namespace", nsOrAll(w.scope()), "err", err)
 	case errors.Is(err, context.Canceled):
 		return
 	default:
