@@ -34,6 +34,14 @@ const (
 // usageError is a bad flag or argument; it exits like a config error.
 type usageError struct{ error }
 
+// noArgs rejects positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
+	}
+	return nil
+}
+
 // Main runs the command line with args (without the program name) and
 // returns the process exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -112,8 +120,11 @@ func newValidate(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate --config FILE",
 		Short: "Check a config file without connecting to anything; exit 2 listing every error",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return usageError{errors.New("--config is required")}
+			}
 			cfg, err := config.Load(path)
 			if err != nil {
 				return err
@@ -123,7 +134,6 @@ func newValidate(stdout io.Writer) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")
-	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
 
@@ -131,7 +141,7 @@ func newVersion(stdout io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		Run: func(*cobra.Command, []string) {
 			fmt.Fprintln(stdout, "kubewire", version.Version)
 		},
@@ -143,8 +153,11 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
 		Short: "Watch the configured resources and stream their changes to the sinks",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return usageError{errors.New("--config is required")}
+			}
 			log, err := g.logger(stderr)
 			if err != nil {
 				return err
@@ -170,7 +183,6 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, ~/.kube/config, then in-cluster")
 	cmd.Flags().StringVar(&kubecontext, "context", "", "kubeconfig context to use instead of the current one")
-	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
 

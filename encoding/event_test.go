@@ -1,0 +1,96 @@
+package encoding_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+)
+
+func widget() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"size": int64(3)}}}
+	u.SetAPIVersion("demo.kubewire.io/v1")
+	u.SetKind("Widget")
+	u.SetNamespace("team-a")
+	u.SetName("w1")
+	u.SetUID("0b5e")
+	u.SetResourceVersion("42")
+	return u
+}
+
+func TestAnObjectEventFollowsTheContract(t *testing.T) {
+	r := informer.NewResource("prod", schema.GroupVersionResource{Group: "demo.kubewire.io", Version: "v1", Resource: "widgets"}, "Widget", true)
+	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	ev, err := encoding.Event(&informer.Change{Op: informer.OpDeleted, Resource: r, Key: r.ObjectKey("team-a", "w1"), Object: widget(), FinalStateUnknown: true, Observed: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := map[string][2]string{
+		"specversion":     {ev.SpecVersion(), "1.0"},
+		"id":              {ev.ID(), "0b5e/42/deleted"},
+		"source":          {ev.Source(), "/clusters/prod/apis/demo.kubewire.io/v1/widgets"},
+		"type":            {ev.Type(), "io.kubewire.object.deleted"},
+		"subject":         {ev.Subject(), "team-a/w1"},
+		"datacontenttype": {ev.DataContentType(), "application/json"},
+		"time":            {ev.Time().Format(time.RFC3339), "2026-11-23T10:00:00Z"},
+	}
+	for name, c := range checks {
+		if c[0] != c[1] {
+			t.Errorf("%s = %q, want %q", name, c[0], c[1])
+		}
+	}
+	wantExt := map[string]string{
+		"partitionkey": "widgets.demo.kubewire.io/team-a/w1", "apiversion": "demo.kubewire.io/v1", "kind": "Widget",
+		"namespace": "team-a", "name": "w1", "uid": "0b5e", "resourceversion": "42", "cluster": "prod", "finalstateunknown": "true",
+	}
+	if len(ev.Extensions()) != len(wantExt) {
+		t.Errorf("extensions %v, want %v", ev.Extensions(), wantExt)
+	}
+	for k, v := range wantExt {
+		if got := ev.Extensions()[k]; got != v {
+			t.Errorf("extension %s = %v, want %q", k, got, v)
+		}
+	}
+	var data map[string]any
+	if err := json.Unmarshal(ev.Data(), &data); err != nil || data["spec"].(map[string]any)["size"] != float64(3) {
+		t.Errorf("data %s (%v)", ev.Data(), err)
+	}
+}
+
+func TestCoreGroupClusterScopedAndSnapshotRecordsUseTheirForms(t *testing.T) {
+	r := informer.NewResource("prod", schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "Namespace", false)
+	u := &unstructured.Unstructured{}
+	u.SetName("team-a")
+	u.SetUID("u9")
+	u.SetResourceVersion("7")
+	ev, err := encoding.Event(&informer.Change{Op: informer.OpSynced, Resource: r, Key: r.ObjectKey("", "team-a"), Object: u, SnapshotID: "s1", Observed: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Source() != "/clusters/prod/api/v1/namespaces" || ev.Subject() != "team-a" || ev.ID() != "u9/7/synced/s1" ||
+		ev.Extensions()["partitionkey"] != "namespaces/team-a" || ev.Extensions()["snapshotid"] != "s1" {
+		t.Fatalf("got source %q subject %q id %q ext %v", ev.Source(), ev.Subject(), ev.ID(), ev.Extensions())
+	}
+	if _, ok := ev.Extensions()["namespace"]; ok {
+		t.Error("a cluster-scoped object carries a namespace extension")
+	}
+}
+
+func TestSnapshotMarkersCarryTheirIDAndCount(t *testing.T) {
+	r := informer.NewResource("prod", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
+	ev, err := encoding.Event(&informer.Change{Op: informer.OpSnapshotCompleted, Resource: r, Key: r.KeyPrefix, SnapshotID: "s2", Count: 12, Observed: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m encoding.SnapshotMarker
+	_ = json.Unmarshal(ev.Data(), &m)
+	if ev.Type() != encoding.TypeSnapshotCompleted || ev.ID() != "s2/completed" || ev.Extensions()["partitionkey"] != "configmaps" ||
+		m.Count == nil || *m.Count != 12 || m.SnapshotID != "s2" || m.Resource != "configmaps" {
+		t.Fatalf("got %s %s %v %s", ev.Type(), ev.ID(), ev.Extensions(), ev.Data())
+	}
+}
