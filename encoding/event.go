@@ -116,9 +116,10 @@ func Event(c *informer.Change) (*event.Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding: marshal data of %s: %w", c.Key, err)
 	}
-	if err := ev.SetData(event.ApplicationJSON, data); err != nil {
-		return nil, fmt.Errorf("encoding: set data of %s: %w", c.Key, err)
-	}
+	// The bytes are JSON already: set them directly, because SetData would
+	// mark []byte as binary and structured mode would then base64 them.
+	ev.SetDataContentType(event.ApplicationJSON)
+	ev.DataEncoded = data
 	if err := ev.Validate(); err != nil {
 		return nil, fmt.Errorf("encoding: event for %s is invalid: %w", c.Key, err)
 	}

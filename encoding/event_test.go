@@ -56,6 +56,17 @@ func TestAnObjectEventFollowsTheContract(t *testing.T) {
 			t.Errorf("extension %s = %v, want %q", k, got, v)
 		}
 	}
+	structured, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var envelope struct {
+		Data       map[string]any `json:"data"`
+		DataBase64 *string        `json:"data_base64"`
+	}
+	if err := json.Unmarshal(structured, &envelope); err != nil || envelope.DataBase64 != nil || envelope.Data["kind"] != "Widget" {
+		t.Errorf("structured mode must carry the object as JSON in data, got %s", structured)
+	}
 	var data map[string]any
 	if err := json.Unmarshal(ev.Data(), &data); err != nil || data["spec"].(map[string]any)["size"] != float64(3) {
 		t.Errorf("data %s (%v)", ev.Data(), err)

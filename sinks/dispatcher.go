@@ -53,7 +53,7 @@ type Options struct {
 	// RetryInitial and RetryMax bound the exponential backoff between
 	// attempts (defaults 100ms and 30s). Jitter is added on top.
 	RetryInitial, RetryMax time.Duration
-	Logger               *slog.Logger
+	Logger                 *slog.Logger
 }
 
 func (o *Options) defaults() {

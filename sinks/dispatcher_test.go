@@ -44,7 +44,7 @@ func marker(op informer.Op, id string, n int) *informer.Change {
 type recorder struct {
 	mu       sync.Mutex
 	got      []*event.Event
-	failRate float64                  // transient failure probability per Write
+	failRate float64                 // transient failure probability per Write
 	refuse   func(*event.Event) bool // permanent refusal
 	gate     chan struct{}           // while non-nil and open, Writes fail
 	writes   int

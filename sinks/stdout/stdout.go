@@ -79,4 +79,3 @@ func (w *Writer) Close(context.Context) error {
 
 // Register adds the stdout sink to r.
 func Register(r sinks.Registry) { r[Type] = New }
-

@@ -1,0 +1,42 @@
+# kubewire's Makefile. CI runs exactly these targets (see .ci/run).
+GO        ?= go
+TESTFLAGS ?= -race -shuffle=on -count=1
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/kubewire/kubewire/internal/version.Version=$(VERSION)
+
+.PHONY: all build test e2e bench lint demo testbin clean
+
+all: build
+
+## build: compile bin/kubewire
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kubewire ./cmd/kubewire
+
+## testbin: build kube-apiserver and etcd once into the cache outside the repo
+testbin:
+	$(GO) run ./internal/testcluster/cmd/testbin
+
+## test: unit and integration tests, with a real kube-apiserver, etcd and NATS
+test: testbin lint
+	$(GO) test $(TESTFLAGS) -timeout 30m ./...
+
+## e2e: tests against real external brokers (Apache Kafka); tagged e2e
+e2e: testbin
+	$(GO) test $(TESTFLAGS) -tags e2e -run 'E2E' -timeout 40m ./...
+
+## bench: benchmarks (never part of make test)
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.out
+
+## lint: formatting and vet
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+## demo: start a local cluster and stream its changes to this terminal
+demo: testbin
+	@$(GO) run ./internal/demo
+
+clean:
+	rm -rf bin bench.out
