@@ -97,6 +97,7 @@ func (b *syncBuffer) String() string {
 
 // kubewire is one in-process run of the app with the stdout sink captured.
 type kubewire struct {
+	app  *app.App
 	out  syncBuffer
 	logs syncBuffer
 	stop context.CancelFunc
@@ -118,6 +119,7 @@ func start(t *testing.T, cfgYAML, user string) *kubewire {
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
+	k.app = a
 	ctx, cancel := context.WithCancel(context.Background())
 	k.stop = cancel
 	go func() {

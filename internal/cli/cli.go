@@ -149,7 +149,7 @@ func newVersion(stdout io.Writer) *cobra.Command {
 }
 
 func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
-	var path, kubeconfig, kubecontext string
+	var path, kubeconfig, kubecontext, httpAddr string
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
 		Short: "Watch the configured resources and stream their changes to the sinks",
@@ -176,6 +176,13 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if httpAddr != "" {
+				bound, err := app.ServeHTTP(ctx, httpAddr, a.Ready, log)
+				if err != nil {
+					return fmt.Errorf("--http-address %q: %w", httpAddr, err)
+				}
+				log.Info("serving /metrics, /healthz and /readyz", "address", bound.String())
+			}
 			_, err = a.Run(ctx)
 			return err
 		},
@@ -183,6 +190,7 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, ~/.kube/config, then in-cluster")
 	cmd.Flags().StringVar(&kubecontext, "context", "", "kubeconfig context to use instead of the current one")
+	cmd.Flags().StringVar(&httpAddr, "http-address", ":9090", `address for /metrics, /healthz and /readyz; "" disables`)
 	return cmd
 }
 

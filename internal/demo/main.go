@@ -87,7 +87,7 @@ func run() error {
 	}()
 	// kubewire installs its own signal handling: the same Ctrl-C that ends
 	// ctx makes it drain and return.
-	code := cli.Main([]string{"run", "--config", cfgPath, "--kubeconfig", kubeconfig, "--log-level", "warn"}, os.Stdout, os.Stderr)
+	code := cli.Main([]string{"run", "--config", cfgPath, "--kubeconfig", kubeconfig, "--log-level", "warn", "--http-address", "127.0.0.1:0"}, os.Stdout, os.Stderr)
 	stop()
 	<-churnDone
 	if code != cli.ExitOK {
