@@ -27,7 +27,8 @@ import (
 // partitionkey extension must reach the broker in slice order. On a non-nil
 // error the dispatcher sends the whole slice again (the ids are stable, so a
 // consumer can drop what was already delivered), unless the error wraps
-// ErrPermanent. Write is called concurrently from several shards.
+// ErrPermanent. Write is called concurrently from several shards, and must
+// not keep the slice after it returns: the dispatcher reuses it.
 //
 // Close flushes and releases the connection. It is called once, after the
 // last Write has returned.
