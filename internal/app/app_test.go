@@ -103,7 +103,7 @@ func TestConfigMapsInTwoNamespacesAndCustomResourcesStreamTheirExactSequences(t 
   - {version: v1, resource: configmaps, namespaces: [%s, %s], sinks: [out]}
   - {group: %s, version: v1, resource: widgets, sinks: [out]}
 `, nsA, nsB, group), testcluster.AdminUser)
-	k.waitFor(t, "both initial snapshots", func(evs []event.Event) bool {
+	k.WaitFor(t, "both initial snapshots", func(evs []event.Event) bool {
 		return countCompleted(evs, "configmaps") == 1 && countCompleted(evs, "widgets."+group) == 1
 	})
 
@@ -143,7 +143,7 @@ func TestConfigMapsInTwoNamespacesAndCustomResourcesStreamTheirExactSequences(t 
 	}
 
 	wkey := "widgets." + group + "/" + nsA + "/w1"
-	evs := k.waitFor(t, "every delete", func(evs []event.Event) bool {
+	evs := k.WaitFor(t, "every delete", func(evs []event.Event) bool {
 		m := byKey(evs)
 		return len(m["configmaps/"+nsA+"/cm"]) >= 3 && len(m["configmaps/"+nsB+"/cm"]) >= 3 && len(m[wkey]) >= 3
 	})
@@ -182,9 +182,9 @@ func TestARestartEmitsASnapshotOfSyncedRecordsAndNoAdds(t *testing.T) {
 
 	for run := 1; run <= 2; run++ {
 		k := start(t, cfg, testcluster.AdminUser)
-		evs := k.waitFor(t, "the initial snapshot", completed("configmaps"))
-		k.shutdown(t)
-		evs = k.events(t)
+		evs := k.WaitFor(t, "the initial snapshot", completed("configmaps"))
+		k.Shutdown(t)
+		evs = k.Events(t)
 		if len(evs) != 7 {
 			t.Fatalf("run %d: got %d events, want started + 5 synced + completed", run, len(evs))
 		}
@@ -219,7 +219,7 @@ func TestNamespaceLabelAndFieldSelectorsKeepOnlyMatchingObjects(t *testing.T) {
     fieldSelector: metadata.name!=skip
     sinks: [out]
 `, nsX, nsY), testcluster.AdminUser)
-	k.waitFor(t, "the initial snapshot", completed("configmaps"))
+	k.WaitFor(t, "the initial snapshot", completed("configmaps"))
 	keep := map[string]string{"app": "keep"}
 	for _, ns := range []string{nsX, nsY, nsZ} {
 		for name, labels := range map[string]map[string]string{"match": keep, "skip": keep, "unlabelled": nil, "other": {"app": "other"}} {
@@ -235,7 +235,7 @@ func TestNamespaceLabelAndFieldSelectorsKeepOnlyMatchingObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	evs := k.waitFor(t, "the last objects", func(evs []event.Event) bool {
+	evs := k.WaitFor(t, "the last objects", func(evs []event.Event) bool {
 		m := byKey(evs)
 		return len(m["configmaps/"+nsX+"/last"]) > 0 && len(m["configmaps/"+nsY+"/last"]) > 0
 	})
@@ -265,21 +265,21 @@ func TestACRDInstalledAfterStartIsPickedUpWhileTheRestStreams(t *testing.T) {
   - {version: v1, resource: configmaps, namespaces: [%s], sinks: [out]}
   - {group: %s, version: v1, resource: widgets, sinks: [out]}
 `, ns, group), testcluster.AdminUser)
-	k.waitLog(t, "is not served by the cluster", "widgets."+group)
+	k.WaitLog(t, "is not served by the cluster", "widgets."+group)
 
 	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap(ns, "meanwhile", nil, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	k.waitFor(t, "configmaps to stream while the CRD is missing", has("configmaps/"+ns+"/meanwhile", "added"))
+	k.WaitFor(t, "configmaps to stream while the CRD is missing", has("configmaps/"+ns+"/meanwhile", "added"))
 
 	gvr := installCRD(t, group)
-	k.waitFor(t, "the widgets informer to sync", completed("widgets."+group))
+	k.WaitFor(t, "the widgets informer to sync", completed("widgets."+group))
 	w := widget(ns, "late", 1)
 	w.SetAPIVersion(group + "/v1")
 	if _, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, w, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	evs := k.waitFor(t, "the custom resource", has("widgets."+group+"/"+ns+"/late", "added"))
+	evs := k.WaitFor(t, "the custom resource", has("widgets."+group+"/"+ns+"/late", "added"))
 	if got := byKey(evs)["widgets."+group+"/"+ns+"/late"][0].Type(); got != encoding.TypeAdded {
 		t.Errorf("first widget event is %s, want added", got)
 	}
@@ -309,16 +309,16 @@ func TestAResourceThatMayNotBeListedIsReportedClearlyWhileOthersStream(t *testin
   - {version: v1, resource: configmaps, namespaces: [%s], sinks: [out]}
   - {version: v1, resource: secrets, namespaces: [%s], sinks: [out]}
 `, ns, ns), limitedUser)
-	line := k.waitLog(t, "permission denied", "resource=secrets", "verb=list", "namespace="+ns)
+	line := k.WaitLog(t, "permission denied", "resource=secrets", "verb=list", "namespace="+ns)
 	t.Logf("log line: %s", line)
 	if testutil.ToFloat64(metrics.InformerErrors.WithLabelValues("secrets", "forbidden")) <= before {
 		t.Error("kubewire_informer_errors_total{resource=secrets,reason=forbidden} did not move")
 	}
-	k.waitFor(t, "the configmaps snapshot", completed("configmaps"))
+	k.WaitFor(t, "the configmaps snapshot", completed("configmaps"))
 	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap(ns, "allowed", nil, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	k.waitFor(t, "configmaps to stream", has("configmaps/"+ns+"/allowed", "added"))
+	k.WaitFor(t, "configmaps to stream", has("configmaps/"+ns+"/allowed", "added"))
 }
 
 func TestPeriodicSnapshotsReadTheCacheAndNeverGoBackwards(t *testing.T) {
@@ -329,9 +329,9 @@ func TestPeriodicSnapshotsReadTheCacheAndNeverGoBackwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := start(t, cfgHeader+fmt.Sprintf("  - {version: v1, resource: configmaps, namespaces: [%s], snapshotInterval: 10s, sinks: [out]}\n", ns), testcluster.AdminUser)
-	k.waitFor(t, "the initial snapshot", completed("configmaps"))
+	k.WaitFor(t, "the initial snapshot", completed("configmaps"))
 	// Churn until a periodic snapshot has completed while updates flowed.
-	for n := 1; countCompleted(k.events(t), "configmaps") < 2; n++ {
+	for n := 1; countCompleted(k.Events(t), "configmaps") < 2; n++ {
 		cm.Data["n"] = fmt.Sprint(n)
 		if cm, err = kube.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
@@ -341,8 +341,8 @@ func TestPeriodicSnapshotsReadTheCacheAndNeverGoBackwards(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // paces the churn; not synchronisation
 	}
-	k.shutdown(t)
-	evs := byKey(k.events(t))["configmaps/"+ns+"/churn"]
+	k.Shutdown(t)
+	evs := byKey(k.Events(t))["configmaps/"+ns+"/churn"]
 	var synced int
 	prev := int64(0)
 	for _, ev := range evs {
@@ -372,8 +372,8 @@ func TestShutdownLeavesNoGoroutineBehind(t *testing.T) {
 	}
 	ns := namespace(t)
 	k := start(t, cfgHeader+fmt.Sprintf("  - {version: v1, resource: configmaps, namespaces: [%s], sinks: [out]}\n", ns), testcluster.AdminUser)
-	k.waitFor(t, "the initial snapshot", completed("configmaps"))
-	k.shutdown(t)
+	k.WaitFor(t, "the initial snapshot", completed("configmaps"))
+	k.Shutdown(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := goleak.Find(opts...)

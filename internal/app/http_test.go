@@ -35,7 +35,7 @@ func TestReadinessFollowsInformerSyncAndMetricsAreServed(t *testing.T) {
 `, ns, group), testcluster.AdminUser)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, err := app.ServeHTTP(ctx, "127.0.0.1:0", k.app.Ready, slog.Default())
+	addr, err := app.ServeHTTP(ctx, "127.0.0.1:0", k.App.Ready, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestReadinessFollowsInformerSyncAndMetricsAreServed(t *testing.T) {
 	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz = %d", code)
 	}
-	k.waitFor(t, "the configmaps snapshot", completed("configmaps"))
+	k.WaitFor(t, "the configmaps snapshot", completed("configmaps"))
 	if code, _ := get(t, base+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz = %d while a resource is unresolved, want 503", code)
 	}

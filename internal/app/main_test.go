@@ -1,14 +1,9 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,9 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/testcluster"
 )
 
@@ -77,167 +70,25 @@ func namespace(t *testing.T) string {
 	return name
 }
 
-// syncBuffer is the stdout sink's writer in tests: it collects whole lines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// kubewire is one in-process run of the app with the stdout sink captured.
-type kubewire struct {
-	app  *app.App
-	out  syncBuffer
-	logs syncBuffer
-	stop context.CancelFunc
-	done chan struct{}
-	// undelivered is what Run reported.
-	undelivered int
-}
-
-// start runs kubewire with cfgYAML as user until the test ends.
-func start(t *testing.T, cfgYAML, user string) *kubewire {
+func start(t *testing.T, cfgYAML, user string) *apptest.Kubewire {
 	t.Helper()
-	cfg, err := config.Parse([]byte(cfgYAML))
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	k := &kubewire{done: make(chan struct{})}
-	log := slog.New(slog.NewTextHandler(&k.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	a, err := app.New(app.Options{Config: cfg, REST: cluster.RESTConfig(user), Logger: log, Stdout: &k.out})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	k.app = a
-	ctx, cancel := context.WithCancel(context.Background())
-	k.stop = cancel
-	go func() {
-		defer close(k.done)
-		k.undelivered, _ = a.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		k.shutdown(t)
-		if t.Failed() {
-			t.Logf("kubewire logs:\n%s", k.logs.String())
-		}
-	})
-	return k
+	return apptest.Start(t, cfgYAML, cluster.RESTConfig(user))
 }
 
-func (k *kubewire) shutdown(t *testing.T) {
-	t.Helper()
-	k.stop()
-	select {
-	case <-k.done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("kubewire did not stop within 60s")
-	}
-}
+var (
+	ext            = apptest.Ext
+	byKey          = apptest.ByKey
+	countCompleted = apptest.CountCompleted
+)
 
-// events parses every line the stdout sink wrote.
-func (k *kubewire) events(t *testing.T) []event.Event {
-	t.Helper()
-	var evs []event.Event
-	for _, line := range strings.Split(strings.TrimSpace(k.out.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var ev event.Event
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			t.Fatalf("stdout line is not a CloudEvent: %v\n%s", err, line)
-		}
-		evs = append(evs, ev)
-	}
-	return evs
-}
-
-// waitFor polls the output until cond holds, failing after a deadline.
-func (k *kubewire) waitFor(t *testing.T, what string, cond func([]event.Event) bool) []event.Event {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		evs := k.events(t)
-		if cond(evs) {
-			return evs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; got %d events:\n%s", what, len(evs), k.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitLog polls the logs for a line containing every part.
-func (k *kubewire) waitLog(t *testing.T, parts ...string) string {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		for _, line := range strings.Split(k.logs.String(), "\n") {
-			ok := true
-			for _, p := range parts {
-				ok = ok && strings.Contains(line, p)
-			}
-			if ok {
-				return line
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for a log line with %q; logs:\n%s", parts, k.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func ext(ev event.Event, name string) string {
-	v, _ := ev.Extensions()[name].(string)
-	return v
-}
-
-// completed counts snapshot.completed markers of a resource ("configmaps").
+// completed holds once a resource's snapshot.completed marker arrived.
 func completed(resource string) func([]event.Event) bool {
-	return func(evs []event.Event) bool {
-		return countCompleted(evs, resource) > 0
-	}
+	return func(evs []event.Event) bool { return countCompleted(evs, resource) > 0 }
 }
 
-func countCompleted(evs []event.Event, resource string) int {
-	n := 0
-	for _, ev := range evs {
-		if ev.Type() == encoding.TypeSnapshotCompleted && ext(ev, encoding.ExtPartitionKey) == resource {
-			n++
-		}
-	}
-	return n
-}
-
-// byKey groups object events (not markers) by partition key.
-func byKey(evs []event.Event) map[string][]event.Event {
-	m := map[string][]event.Event{}
-	for _, ev := range evs {
-		if strings.HasPrefix(ev.Type(), encoding.TypePrefix+"object.") {
-			k := ext(ev, encoding.ExtPartitionKey)
-			m[k] = append(m[k], ev)
-		}
-	}
-	return m
-}
-
+// has holds once key has at least len(types) events.
 func has(key string, types ...string) func([]event.Event) bool {
-	return func(evs []event.Event) bool {
-		got := byKey(evs)[key]
-		return len(got) >= len(types)
-	}
+	return func(evs []event.Event) bool { return len(byKey(evs)[key]) >= len(types) }
 }
 
 // installCRD creates a namespaced CRD "widgets.<group>" and waits until it

@@ -47,6 +47,10 @@ type Options struct {
 	Progress io.Writer
 	// Users are created in addition to AdminUser.
 	Users []User
+	// APIServerArgs are appended to the apiserver's command line, e.g.
+	// "--watch-cache=false" so that a watch resuming from a compacted
+	// revision fails with 410 Gone instead of being served from the cache.
+	APIServerArgs []string
 }
 
 // Cluster is a running etcd and kube-apiserver pair. Its methods are safe
@@ -99,6 +103,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.configure(ports, opts.Users); err != nil {
 		return nil, err
 	}
+	c.apiArgs = append(c.apiArgs, opts.APIServerArgs...)
 	if err := c.startEtcd(ctx, ports[1]); err != nil {
 		return nil, err
 	}
