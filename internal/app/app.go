@@ -21,6 +21,7 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/version"
 	"github.com/kubewire/kubewire/sinks"
+	natssink "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/stdout"
 )
 
@@ -28,6 +29,7 @@ import (
 func DefaultRegistry() sinks.Registry {
 	r := sinks.Registry{}
 	stdout.Register(r)
+	natssink.Register(r)
 	return r
 }
 

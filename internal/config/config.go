@@ -43,7 +43,7 @@ const SinkTypeStdout = "stdout"
 
 // sinkTypes lists the supported sink types. Adding a sink type means adding
 // it here, adding its block to Sink and adding that block to Sink.blocks.
-var sinkTypes = []string{SinkTypeStdout}
+var sinkTypes = []string{SinkTypeStdout, SinkTypeNATS}
 
 // SinkTypes lists the supported sink types.
 func SinkTypes() []string { return slices.Clone(sinkTypes) }
@@ -146,6 +146,8 @@ type Sink struct {
 	Type string `json:"type"`
 	// Stdout configures a sink of type "stdout".
 	Stdout *StdoutSink `json:"stdout,omitempty"`
+	// NATS configures a sink of type "nats" (see nats.go).
+	NATS *NATSSink `json:"nats,omitempty"`
 }
 
 // StdoutSink configures a sink that writes CloudEvents to standard output as
@@ -165,6 +167,7 @@ type sinkBlock struct {
 func (s *Sink) blocks() []sinkBlock {
 	return []sinkBlock{
 		{name: SinkTypeStdout, set: s.Stdout != nil},
+		{name: SinkTypeNATS, set: s.NATS != nil},
 	}
 }
 

@@ -232,8 +232,8 @@ func TestBadConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 		},
 		{
 			name: "An unsupported sink type lists the supported types.",
-			yaml: edit("    type: stdout\n    stdout:\n      pretty: false\n", "    type: kafka\n"),
-			want: []string{`sinks[0].type: Unsupported value: "kafka"`, `supported values: "stdout"`},
+			yaml: edit("    type: stdout\n    stdout:\n      pretty: false\n", "    type: pulsar\n"),
+			want: []string{`sinks[0].type: Unsupported value: "pulsar"`, `supported values: "stdout"`},
 		},
 		{
 			name: "A block for a type other than the sink's type is forbidden.",

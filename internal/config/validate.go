@@ -144,6 +144,9 @@ func validateSinks(p *field.Path, sinks []Sink) ([]string, field.ErrorList) {
 					fmt.Sprintf("may only be set when type is %q (type is %q)", b.name, s.Type)))
 			}
 		}
+		if s.Type == SinkTypeNATS {
+			errs = append(errs, validateNATSSink(sp.Child("nats"), s.NATS)...)
+		}
 	}
 	return names, errs
 }

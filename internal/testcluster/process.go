@@ -84,8 +84,12 @@ func (p *process) stop() error {
 		return err
 	}
 	<-p.done
-	return fmt.Errorf("%s did not exit within %s of SIGTERM and was killed", p.name, stopGrace)
+	return fmt.Errorf("%s did not exit within %s of SIGTERM: %w", p.name, stopGrace, errKilled)
 }
+
+// errKilled reports that a process had to be killed. It is stopped all the
+// same, so callers that only need it gone treat this as information.
+var errKilled = errors.New("killed")
 
 // signal signals the whole process group, in case the server forked helpers.
 func (p *process) signal(sig syscall.Signal) error {

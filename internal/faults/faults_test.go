@@ -1,0 +1,306 @@
+// Package faults_test injects the faults ARCHITECTURE.md promises to survive
+// (a restarted apiserver, a relist after history was compacted, kubewire
+// killed with SIGKILL) and asserts what a consumer finally sees.
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/verify"
+)
+
+var (
+	cluster *testcluster.Cluster
+	kube    kubernetes.Interface
+	seq     atomic.Int64
+)
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	// Without the watch cache a watch resuming from a compacted revision
+	// gets 410 Gone from etcd, which is the relist these tests need.
+	c, err := testcluster.Start(ctx, testcluster.Options{Progress: os.Stderr, APIServerArgs: []string{"--watch-cache=false"}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the test cluster:", err)
+		return 1
+	}
+	defer c.Stop()
+	cluster = c
+	kube = kubernetes.NewForConfigOrDie(c.RESTConfig(testcluster.AdminUser))
+	return m.Run()
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	name := fmt.Sprintf("faults-%d", seq.Add(1))
+	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func config(ns string) string {
+	return fmt.Sprintf(`apiVersion: kubewire.io/v1alpha1
+kind: Config
+cluster: faults
+dispatch: {drainTimeout: 10s}
+resources:
+  - {version: v1, resource: configmaps, namespaces: [%s], sinks: [out]}
+sinks:
+  - {name: out, type: stdout}
+`, ns)
+}
+
+// truth lists the namespace's ConfigMaps as the consumer should see them.
+func truth(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	l, err := kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, cm := range l.Items {
+		m["configmaps/"+ns+"/"+cm.Name] = cm.ResourceVersion
+	}
+	return m
+}
+
+// converge applies the streams in order and polls until the view equals the
+// cluster, failing with the differences after a minute.
+func converge(t *testing.T, ns string, streams ...func() []event.Event) *verify.View {
+	t.Helper()
+	var v *verify.View
+	var diff []string
+	want := truth(t, ns)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v = verify.NewView()
+		for _, s := range streams {
+			for _, ev := range s() {
+				v.Apply(&ev)
+			}
+		}
+		diff = v.Diff("configmaps", want)
+		if len(diff) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the consumer did not converge; differences:\n%s", strings.Join(diff, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(v.Problems) > 0 {
+		t.Fatalf("contract violations: %v", v.Problems)
+	}
+	return v
+}
+
+// churn creates, updates and deletes ConfigMaps in ns until stop is closed.
+// Errors while the apiserver is away are expected and skipped.
+func churn(ns string, stop <-chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctx := context.Background()
+		cms := kube.CoreV1().ConfigMaps(ns)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			name := fmt.Sprintf("cm-%d", i%20)
+			switch i % 3 {
+			case 0:
+				_, _ = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
+			case 1:
+				if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil {
+					cm.Data = map[string]string{"i": fmt.Sprint(i)}
+					_, _ = cms.Update(ctx, cm, metav1.UpdateOptions{})
+				}
+			case 2:
+				if i%6 == 2 {
+					_ = cms.Delete(ctx, fmt.Sprintf("cm-%d", (i+7)%20), metav1.DeleteOptions{})
+				}
+			}
+			time.Sleep(5 * time.Millisecond) // paces the load; not synchronisation
+		}
+	}()
+	return &wg
+}
+
+func TestTheConsumerConvergesAcrossAnAPIServerRestartMidStream(t *testing.T) {
+	ns := namespace(t)
+	k := apptest.Start(t, config(ns), cluster.RESTConfig(testcluster.AdminUser))
+	k.WaitFor(t, "the initial snapshot", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
+	stop := make(chan struct{})
+	wg := churn(ns, stop)
+	apptest.Eventually(t, "some live events", func() bool { return len(k.Events(t)) > 30 })
+	if err := cluster.RestartAPIServer(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := len(k.Events(t))
+	apptest.Eventually(t, "live events after the restart", func() bool { return len(k.Events(t)) > n+30 })
+	close(stop)
+	wg.Wait()
+	converge(t, ns, func() []event.Event { return k.Events(t) })
+}
+
+func TestARelistAfterCompactionEmitsTheLostDeletesMarkedAndConverges(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	cms := kube.CoreV1().ConfigMaps(ns)
+	for i := range 10 {
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i)}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy, err := cluster.NewProxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	k := apptest.Start(t, config(ns), proxy.RESTConfig(cluster, testcluster.AdminUser))
+	k.WaitFor(t, "the initial snapshot", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
+
+	// Cut kubewire off, change the cluster behind its back, and compact the
+	// history it would resume its watch from.
+	proxy.Cut()
+	for i := range 4 {
+		if err := cms.Delete(ctx, fmt.Sprintf("cm-%d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cm, err := cms.Get(ctx, "cm-5", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data = map[string]string{"changed": "while cut off"}
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "new-while-cut"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.CompactEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Resume()
+
+	converge(t, ns, func() []event.Event { return k.Events(t) })
+	marked := 0
+	for _, ev := range k.Events(t) {
+		if ev.Type() == encoding.TypeDeleted {
+			if apptest.Ext(ev, encoding.ExtFinalStateUnknown) != "true" {
+				t.Errorf("delete %s seen only through the relist is not marked finalstateunknown", ev.ID())
+			}
+			marked++
+		}
+	}
+	if marked != 4 {
+		t.Fatalf("got %d deletes, want the 4 made while kubewire was cut off", marked)
+	}
+}
+
+func TestKubewireKilledWithSIGKILLConvergesAfterARestartIncludingDeletesMadeWhileDown(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kubewire")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/kubewire").CombinedOutput(); err != nil {
+		t.Fatalf("build kubewire: %v\n%s", err, out)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig, testcluster.AdminUser); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "kubewire.yaml")
+	if err := os.WriteFile(cfg, []byte(config(ns)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(out string) (*exec.Cmd, func() []event.Event) {
+		f, err := os.Create(filepath.Join(dir, out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "run", "--config", cfg, "--kubeconfig", kubeconfig, "--http-address", "")
+		cmd.Stdout = f
+		var stderr apptest.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			f.Close()
+			if t.Failed() {
+				t.Logf("%s stderr:\n%s", out, stderr.String())
+			}
+		})
+		return cmd, func() []event.Event {
+			b, _ := os.ReadFile(f.Name())
+			return apptest.Parse(t, string(b))
+		}
+	}
+
+	first, stream1 := run("first.jsonl")
+	apptest.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
+	stop := make(chan struct{})
+	wg := churn(ns, stop)
+	apptest.Eventually(t, "live events", func() bool { return len(stream1()) > 40 })
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	close(stop)
+	wg.Wait()
+
+	// While kubewire is down: delete objects it has seen, change others,
+	// create new ones.
+	seen := apptest.ByKey(stream1())
+	deleted := 0
+	for key := range seen {
+		name := key[strings.LastIndexByte(key, '/')+1:]
+		if deleted < 3 {
+			err := kube.CoreV1().ConfigMaps(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			if err == nil {
+				deleted++
+			} else if !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	if deleted == 0 {
+		t.Fatal("found nothing to delete while kubewire was down")
+	}
+	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "born-while-down"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	_, stream2 := run("second.jsonl")
+	converge(t, ns, stream1, stream2)
+}

@@ -1,0 +1,152 @@
+package nats_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/sinks/sinktest"
+)
+
+func events(t *testing.T, keys, perKey int) []*event.Event {
+	t.Helper()
+	var out []*event.Event
+	for rv := 1; rv <= perKey; rv++ {
+		for k := range keys {
+			ev, err := encoding.Event(sinktest.Change(informer.OpUpdated, "ns", "cm-"+strconv.Itoa(k), rv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func TestAResentBatchIsStoredOnceBecauseNatsMsgIdDeduplicates(t *testing.T) {
+	b := startBroker(t)
+	cfg := b.sinkConfig(config.NATSModeJetStream)
+	cfg.Subject = "dedup.{namespace}.{name}"
+	cfg.JetStream = &config.NATSJetStream{MaxPending: 4, Stream: &config.NATSStream{Name: "DEDUP"}}
+	s := newSink(t, "dedup", cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+
+	// A window of 4 over 10 keys and 5 events each exercises both limits:
+	// the window and one in-flight message per key.
+	evs := events(t, 10, 5)
+	before := testutil.ToFloat64(metrics.NATSDuplicates.WithLabelValues("dedup"))
+	for attempt := 1; attempt <= 2; attempt++ {
+		if err := s.Write(ctx, evs); err != nil {
+			t.Fatalf("Write attempt %d: %v", attempt, err)
+		}
+	}
+	js, err := jetstream.New(b.connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "DEDUP")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != uint64(len(evs)) {
+		t.Fatalf("the stream holds %d messages after the batch was sent twice, want %d", n, len(evs))
+	}
+	if d := testutil.ToFloat64(metrics.NATSDuplicates.WithLabelValues("dedup")) - before; d != float64(len(evs)) {
+		t.Fatalf("kubewire_nats_duplicates_total moved by %v, want %d", d, len(evs))
+	}
+	if p := testutil.ToFloat64(metrics.NATSPendingAcks.WithLabelValues("dedup")); p != 0 {
+		t.Fatalf("kubewire_nats_pending_acks is %v after every Write returned, want 0", p)
+	}
+}
+
+func TestAJetStreamWriteWithoutAStreamFailsAndIsRetryable(t *testing.T) {
+	b := startBroker(t)
+	cfg := b.sinkConfig(config.NATSModeJetStream)
+	cfg.Subject = "nostream.{name}"
+	cfg.PublishTimeout = config.NewDuration(time.Second)
+	s := newSink(t, "nostream", cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	err := s.Write(ctx, events(t, 2, 1))
+	if err == nil {
+		t.Fatal("Write succeeded with no stream to store the events")
+	}
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Errorf("error %v does not wrap jetstream.ErrNoStreamResponse", err)
+	}
+	if strings.Contains(err.Error(), "permanent") {
+		t.Errorf("a missing stream is not permanent (it may be created): %v", err)
+	}
+}
+
+// Core NATS buffers while it reconnects; past reconnectBufferBytes a publish
+// must fail rather than grow memory or vanish silently.
+func TestACoreWriteReportsAFullReconnectBufferAndRecoversWhenTheServerReturns(t *testing.T) {
+	b := startBroker(t)
+	cfg := b.sinkConfig(config.NATSModeCore)
+	cfg.Subject = "overflow.{name}"
+	cfg.ReconnectBufferBytes = 4096
+	cfg.PublishTimeout = config.NewDuration(200 * time.Millisecond)
+	s := newSink(t, "overflow", cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+
+	b.Stop(t)
+	batch := events(t, 20, 1) // about 20 KB, five times the buffer
+	var last error
+	eventually(t, "Write to fail with nats.ErrReconnectBufExceeded while the server is down", func() bool {
+		last = s.Write(ctx, batch)
+		return errors.Is(last, natsgo.ErrReconnectBufExceeded)
+	}, &last)
+	if n := testutil.ToFloat64(metrics.NATSPublishErrors.WithLabelValues("overflow", "buffer_full")); n == 0 {
+		t.Error("kubewire_nats_publish_errors_total{reason=buffer_full} did not move")
+	}
+
+	b.Start(t)
+	eventually(t, "Write to succeed once the server is back", func() bool {
+		last = s.Write(ctx, batch[:1])
+		return last == nil
+	}, &last)
+}
+
+// eventually polls cond on a ticker until it holds or 20s pass; last, if
+// set, is reported on failure.
+func eventually(t *testing.T, what string, cond func() bool, last *error) {
+	t.Helper()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s (last error: %v)", what, *last)
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,602 @@
+// Package nats is the sink that publishes CloudEvents to NATS: core NATS
+// (at most once) or JetStream (at least once, deduplicated by Nats-Msg-Id).
+//
+// Messages follow the CloudEvents NATS protocol binding: binary mode (the
+// default) puts every attribute in a percent-encoded ce- header and the data
+// in the body; structured mode puts the JSON event in the body. Each event
+// goes to the subject its object's template expands to (see Template and
+// EscapeToken). docs/sinks/nats.md is the user's guide.
+package nats
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+// Type is the config `type` of this sink.
+const Type = config.SinkTypeNATS
+
+// Register adds the NATS sink to r.
+func Register(r sinks.Registry) { r[Type] = New }
+
+// Sink publishes to NATS. It is safe for the concurrent Writes of several
+// dispatcher shards.
+type Sink struct {
+	name string
+	cfg  config.NATSSink
+	tmpl *Template
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	nc   *natsgo.Conn
+	js   jetstream.JetStream
+	done bool
+
+	// window holds one token per JetStream publish awaiting its PubAck,
+	// across every shard: the bound that maxPending promises. A token is
+	// returned by the ack callback, so a Write that gives up early cannot
+	// leak window.
+	window chan struct{}
+
+	// pending maps each in-flight JetStream message to the Write waiting for
+	// it. The PubAck callbacks of the jetstream context resolve it; that is
+	// how one Write waits on many acknowledgements without a goroutine each.
+	pendingMu sync.Mutex
+	pending   map[*natsgo.Msg]waiter
+}
+
+type waiter struct {
+	results chan<- result
+	index   int
+}
+
+type result struct {
+	index int
+	ack   *jetstream.PubAck
+	err   error
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+
+// New is the sinks.Factory of the NATS sink. Nothing connects until Connect.
+func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
+	if cfg.NATS == nil {
+		return nil, errors.New("nats: the sink has no nats block")
+	}
+	c := cfg.NATS.Defaulted()
+	tmpl, err := CompileTemplate(c.Subject)
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Sink{
+		name:    cfg.Name,
+		cfg:     c,
+		tmpl:    tmpl,
+		log:     log.With("sink", cfg.Name, "type", Type),
+		pending: map[*natsgo.Msg]waiter{},
+	}
+	if c.Mode == config.NATSModeJetStream {
+		s.window = make(chan struct{}, c.JetStream.MaxPending)
+	}
+	return s, nil
+}
+
+// Connect dials the servers and, in JetStream mode with a stream configured,
+// creates or updates the stream.
+func (s *Sink) Connect(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dialLocked(ctx)
+}
+
+// conn returns the live connection, dialling again if the client gave up
+// reconnecting (maxReconnects ran out) so that the sink recovers when the
+// servers come back rather than failing every later Write.
+func (s *Sink) conn(ctx context.Context) (*natsgo.Conn, jetstream.JetStream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return nil, nil, fmt.Errorf("nats: sink is closed: %w", natsgo.ErrConnectionClosed)
+	}
+	if s.nc == nil || s.nc.IsClosed() {
+		if err := s.dialLocked(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	return s.nc, s.js, nil
+}
+
+func (s *Sink) dialLocked(ctx context.Context) error {
+	opts, err := s.options()
+	if err != nil {
+		return err
+	}
+	nc, err := natsgo.Connect(strings.Join(s.cfg.Servers, ","), opts...)
+	if err != nil {
+		return fmt.Errorf("nats: connect to %s: %w", strings.Join(s.cfg.Servers, ","), err)
+	}
+	var js jetstream.JetStream
+	if s.cfg.Mode == config.NATSModeJetStream {
+		js, err = jetstream.New(nc,
+			// Our window is the real bound; the library's must not be
+			// smaller, or it would stall publishes we already admitted.
+			jetstream.WithPublishAsyncMaxPending(cap(s.window)),
+			jetstream.WithPublishAsyncTimeout(s.cfg.PublishTimeout.Duration),
+			jetstream.WithPublishAsyncAckHandler(s.onAck),
+			jetstream.WithPublishAsyncErrHandler(s.onErr),
+		)
+		if err != nil {
+			nc.Close()
+			return fmt.Errorf("nats: jetstream: %w", err)
+		}
+		if st := s.cfg.JetStream.Stream; st != nil {
+			if err := provision(ctx, js, st, s.cfg.PublishTimeout.Duration); err != nil {
+				nc.Close()
+				return err
+			}
+		}
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	s.nc, s.js = nc, js
+	return nil
+}
+
+func provision(ctx context.Context, js jetstream.JetStream, st *config.NATSStream, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	storage := jetstream.FileStorage
+	if st.Storage == config.NATSStorageMemory {
+		storage = jetstream.MemoryStorage
+	}
+	sc := jetstream.StreamConfig{
+		Name:       st.Name,
+		Subjects:   st.Subjects,
+		Storage:    storage,
+		Replicas:   st.Replicas,
+		MaxAge:     st.MaxAge.Duration,
+		MaxBytes:   -1,
+		Duplicates: st.DuplicateWindow.Duration,
+	}
+	if st.MaxBytes > 0 {
+		sc.MaxBytes = st.MaxBytes
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("nats: create or update stream %q: %w", st.Name, err)
+	}
+	return nil
+}
+
+// options turns the config into client options. Secrets are read here, from
+// their files or environment variables, so a rotated secret takes effect on
+// the next dial; they are never logged, and errors name only where they
+// were looked for.
+func (s *Sink) options() ([]natsgo.Option, error) {
+	c := s.cfg
+	opts := []natsgo.Option{
+		natsgo.Name("kubewire/" + s.name),
+		natsgo.MaxReconnects(*c.MaxReconnects),
+		natsgo.ReconnectWait(c.ReconnectWait.Duration),
+		natsgo.ReconnectBufSize(c.ReconnectBufferBytes),
+		natsgo.Timeout(c.ConnectTimeout.Duration),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			metrics.NATSConnectionEvents.WithLabelValues(s.name, "disconnected").Inc()
+			if err != nil {
+				s.log.Warn("nats: disconnected", "err", err)
+			}
+		}),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			metrics.NATSConnectionEvents.WithLabelValues(s.name, "reconnected").Inc()
+			s.log.Info("nats: reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+		natsgo.ClosedHandler(func(*natsgo.Conn) {
+			metrics.NATSConnectionEvents.WithLabelValues(s.name, "closed").Inc()
+		}),
+		// Asynchronous errors (a publish permission violation, say) are the
+		// only sign of a core publish that the server dropped.
+		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
+			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+			s.log.Error("nats: asynchronous error", "err", err)
+		}),
+	}
+	if tlsOpt, err := s.tlsOption(); err != nil {
+		return nil, err
+	} else if tlsOpt != nil {
+		opts = append(opts, tlsOpt)
+	}
+	if a := c.Auth; a != nil {
+		switch {
+		case a.CredsFile != "":
+			if _, err := os.Stat(a.CredsFile); err != nil {
+				return nil, fmt.Errorf("nats: auth.credsFile: %w", err)
+			}
+			opts = append(opts, natsgo.UserCredentials(a.CredsFile))
+		case a.NkeySeedFile != "":
+			o, err := natsgo.NkeyOptionFromSeed(a.NkeySeedFile)
+			if err != nil {
+				return nil, fmt.Errorf("nats: auth.nkeySeedFile %s: %w", a.NkeySeedFile, err)
+			}
+			opts = append(opts, o)
+		case a.User != "":
+			pw, err := secret("auth.passwordFile", a.PasswordFile, "auth.passwordEnv", a.PasswordEnv)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, natsgo.UserInfo(a.User, pw))
+		case a.TokenFile != "" || a.TokenEnv != "":
+			tok, err := secret("auth.tokenFile", a.TokenFile, "auth.tokenEnv", a.TokenEnv)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, natsgo.Token(tok))
+		}
+	}
+	return opts, nil
+}
+
+// secret reads a secret from a file (trailing newline removed) or an
+// environment variable. The error never includes the value.
+func secret(fileField, file, envField, env string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("nats: %s: %w", fileField, err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		if v == "" {
+			return "", fmt.Errorf("nats: %s: %s is empty", fileField, file)
+		}
+		return v, nil
+	}
+	v, ok := os.LookupEnv(env)
+	if !ok || v == "" {
+		return "", fmt.Errorf("nats: %s: environment variable %s is not set or empty", envField, env)
+	}
+	return v, nil
+}
+
+func (s *Sink) tlsOption() (natsgo.Option, error) {
+	t := s.cfg.TLS
+	wantTLS := t != nil
+	for _, u := range s.cfg.Servers {
+		wantTLS = wantTLS || strings.HasPrefix(u, "tls://")
+	}
+	if !wantTLS {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t != nil {
+		tc.ServerName = t.ServerName
+		if t.CAFile != "" {
+			pem, err := os.ReadFile(t.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("nats: tls.caFile: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("nats: tls.caFile: %s holds no PEM certificate", t.CAFile)
+			}
+			tc.RootCAs = pool
+		}
+		if t.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("nats: tls.certFile/keyFile: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+	}
+	return natsgo.Secure(tc), nil
+}
+
+// Write publishes events in order and returns nil once the server has taken
+// every one: a PubAck in JetStream mode, a completed flush in core mode.
+func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
+	msgs := make([]*natsgo.Msg, len(events))
+	for i, ev := range events {
+		m, err := s.message(ev)
+		if err != nil {
+			// Retrying cannot change how an event encodes.
+			return sinks.Permanent(fmt.Errorf("nats: event %s: %w", ev.ID(), err))
+		}
+		msgs[i] = m
+	}
+	nc, js, err := s.conn(ctx)
+	if err != nil {
+		return err
+	}
+	if js == nil {
+		return s.writeCore(ctx, nc, msgs)
+	}
+	return s.writeJetStream(ctx, js, events, msgs)
+}
+
+func (s *Sink) message(ev *event.Event) (*natsgo.Msg, error) {
+	subject, err := s.tmpl.Subject(ev)
+	if err != nil {
+		return nil, err
+	}
+	var m *natsgo.Msg
+	if s.cfg.ContentMode == config.ContentModeStructured {
+		m, err = structuredMessage(subject, ev)
+	} else {
+		m, err = binaryMessage(subject, ev)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Mode == config.NATSModeJetStream {
+		m.Header[jetstream.MsgIDHeader] = []string{ev.ID()}
+	}
+	return m, nil
+}
+
+// writeCore publishes with core NATS. Core NATS has no acknowledgement: a
+// successful flush means the server has read the messages, not that anyone
+// received them (no subscriber, a slow consumer or a server crash all lose
+// them silently). That is at most once, and this mode is for automation that
+// prefers latency to completeness. What the client can see — a closed
+// connection, a full reconnect buffer, an oversized message, a flush that
+// does not complete — is returned, so the dispatcher retries it (possibly
+// repeating messages that sat in the reconnect buffer; they keep their ids).
+func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, msgs []*natsgo.Msg) error {
+	for _, m := range msgs {
+		if err := nc.PublishMsg(m); err != nil {
+			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+			err = fmt.Errorf("nats: publish to %q: %w", m.Subject, err)
+			if errors.Is(err, natsgo.ErrMaxPayload) {
+				return sinks.Permanent(err)
+			}
+			return err
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout.Duration)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+		return fmt.Errorf("nats: flush %d messages: %w", len(msgs), err)
+	}
+	return nil
+}
+
+// writeJetStream publishes a batch with asynchronous JetStream publishes and
+// returns nil only when every message has its PubAck.
+//
+// Order. The stream stores messages in the order it receives them, and one
+// connection delivers them in the order they were published. Many keys are
+// in flight at once (that is the throughput), but each key has at most one
+// message in flight: a key's next event is published only after the
+// previous one's PubAck. So if an event fails, no later event of its key has
+// been sent, and when the dispatcher resends the whole batch in order the
+// key's events reach the stream in order again. Events that were already
+// stored are resent with the same Nats-Msg-Id and the server drops them
+// within the stream's duplicate window. Were two events of a key in flight
+// together, the first could fail while the second is stored, and the retry
+// would store the first after the second.
+//
+// After the first failure nothing new is published; what is in flight is
+// awaited (each resolves by ack, error, disconnect or the publish timeout),
+// and the error is returned for the dispatcher to retry the batch.
+func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, events []*event.Event, msgs []*natsgo.Msg) error {
+	// Each key's messages, in order; keys in order of first appearance.
+	var keys []string
+	queue := map[string][]int{}
+	for i, ev := range events {
+		k, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+		if _, ok := queue[k]; !ok {
+			keys = append(keys, k)
+		}
+		queue[k] = append(queue[k], i)
+	}
+	ready := make([]int, 0, len(keys))
+	for _, k := range keys {
+		ready = append(ready, queue[k][0])
+		queue[k] = queue[k][1:]
+	}
+	keyOf := func(i int) string { k, _ := events[i].Extensions()[encoding.ExtPartitionKey].(string); return k }
+
+	// Buffered for every message, so the ack callbacks never block even
+	// after this Write has returned.
+	results := make(chan result, len(msgs))
+	inFlight, acked := 0, 0
+	var failures []error
+	permanent := true
+
+	fail := func(i int, err error) {
+		metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+		if !isTooLarge(err) {
+			permanent = false
+		}
+		failures = append(failures, fmt.Errorf("event %s to %q: %w", events[i].ID(), msgs[i].Subject, err))
+	}
+	handle := func(r result) {
+		inFlight--
+		if r.err != nil {
+			fail(r.index, r.err)
+			return
+		}
+		acked++
+		if r.ack.Duplicate {
+			metrics.NATSDuplicates.WithLabelValues(s.name).Inc()
+		}
+		if k := keyOf(r.index); len(queue[k]) > 0 && len(failures) == 0 {
+			ready = append(ready, queue[k][0])
+			queue[k] = queue[k][1:]
+		}
+	}
+
+	// A guard against waiting forever should an acknowledgement never be
+	// resolved: the library times each publish out after publishTimeout, so
+	// twice that without any progress means something is wrong.
+	stall := time.NewTimer(2 * s.cfg.PublishTimeout.Duration)
+	defer stall.Stop()
+	progress := func() {
+		stall.Reset(2 * s.cfg.PublishTimeout.Duration)
+	}
+
+	for acked < len(msgs) && (inFlight > 0 || (len(ready) > 0 && len(failures) == 0)) {
+		if len(ready) > 0 && len(failures) == 0 {
+			select {
+			case s.window <- struct{}{}:
+				i := ready[0]
+				ready = ready[1:]
+				if err := s.publishAsync(js, msgs[i], results, i); err != nil {
+					fail(i, err)
+					continue
+				}
+				inFlight++
+				continue
+			case r := <-results:
+				handle(r)
+				progress()
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("nats: %d of %d events acknowledged: %w", acked, len(msgs), ctx.Err())
+			case <-stall.C:
+				return fmt.Errorf("nats: %d of %d events acknowledged, no progress for %s", acked, len(msgs), 2*s.cfg.PublishTimeout.Duration)
+			}
+		}
+		select {
+		case r := <-results:
+			handle(r)
+			progress()
+		case <-ctx.Done():
+			return fmt.Errorf("nats: %d of %d events acknowledged: %w", acked, len(msgs), ctx.Err())
+		case <-stall.C:
+			return fmt.Errorf("nats: %d of %d events acknowledged, no progress for %s", acked, len(msgs), 2*s.cfg.PublishTimeout.Duration)
+		}
+	}
+	if len(failures) == 0 {
+		return nil
+	}
+	// Each failure is reported with its event, but a disconnect fails a
+	// whole window at once: name a few, count the rest.
+	shown := failures
+	if len(shown) > 3 {
+		shown = append(shown[:3:3], fmt.Errorf("and %d more", len(failures)-3))
+	}
+	err := fmt.Errorf("nats: %d of %d events not acknowledged: %w", len(msgs)-acked, len(msgs), errors.Join(shown...))
+	if permanent {
+		return sinks.Permanent(err)
+	}
+	return err
+}
+
+// publishAsync sends one message with a token of the window already taken.
+// The waiter is registered first because the PubAck may arrive before
+// PublishMsgAsync returns.
+func (s *Sink) publishAsync(js jetstream.JetStream, m *natsgo.Msg, results chan<- result, i int) error {
+	s.pendingMu.Lock()
+	s.pending[m] = waiter{results: results, index: i}
+	s.pendingMu.Unlock()
+	metrics.NATSPendingAcks.WithLabelValues(s.name).Inc()
+	if _, err := js.PublishMsgAsync(m); err != nil {
+		// No callback follows a failed send: undo here.
+		if s.resolve(m) != nil {
+			<-s.window
+		}
+		return err
+	}
+	return nil
+}
+
+// resolve removes and returns the waiter of m, or nil if it was resolved
+// already.
+func (s *Sink) resolve(m *natsgo.Msg) *waiter {
+	s.pendingMu.Lock()
+	w, ok := s.pending[m]
+	delete(s.pending, m)
+	s.pendingMu.Unlock()
+	if !ok {
+		return nil
+	}
+	metrics.NATSPendingAcks.WithLabelValues(s.name).Dec()
+	return &w
+}
+
+// onAck and onErr are the jetstream context's callbacks. They run on the
+// library's goroutines (onErr for a timeout even under its lock), so they
+// only hand the result over and never block.
+func (s *Sink) onAck(_ jetstream.JetStream, m *natsgo.Msg, ack *jetstream.PubAck) {
+	if w := s.resolve(m); w != nil {
+		<-s.window
+		w.results <- result{index: w.index, ack: ack}
+	}
+}
+
+func (s *Sink) onErr(_ jetstream.JetStream, m *natsgo.Msg, err error) {
+	if w := s.resolve(m); w != nil {
+		<-s.window
+		w.results <- result{index: w.index, err: err}
+	}
+}
+
+// Close flushes what the client buffered and closes the connection.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = true
+	if s.nc == nil || s.nc.IsClosed() {
+		return nil
+	}
+	err := s.nc.FlushWithContext(ctx)
+	s.nc.Close()
+	if err != nil && !errors.Is(err, natsgo.ErrConnectionClosed) {
+		return fmt.Errorf("nats: flush on close: %w", err)
+	}
+	return nil
+}
+
+func isTooLarge(err error) bool {
+	if errors.Is(err, natsgo.ErrMaxPayload) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}
+
+// reason is the bounded metric label of a publish error.
+func reason(err error) string {
+	var apiErr *jetstream.APIError
+	switch {
+	case isTooLarge(err):
+		return "too_large"
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, natsgo.ErrTimeout),
+		errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, natsgo.ErrReconnectBufExceeded):
+		return "buffer_full"
+	case errors.Is(err, natsgo.ErrDisconnected), errors.Is(err, natsgo.ErrConnectionClosed),
+		errors.Is(err, natsgo.ErrConnectionReconnecting), errors.Is(err, natsgo.ErrNoServers):
+		return "disconnected"
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		return "no_stream"
+	case errors.Is(err, natsgo.ErrPermissionViolation):
+		return "permission"
+	case errors.As(err, &apiErr):
+		return "api"
+	}
+	return "other"
+}

@@ -1,0 +1,210 @@
+package nats
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/config"
+)
+
+// Fixed tokens stand where an object has no value. They start with "_",
+// which no escaped value does (see EscapeToken), so they never collide with a
+// real namespace or name.
+const (
+	// TokenClusterScoped is the {namespace} token of a cluster-scoped object.
+	TokenClusterScoped = "_cluster"
+	// TokenSnapshot is the {namespace} and {name} token of snapshot markers,
+	// which describe a whole resource rather than one object.
+	TokenSnapshot = "_snapshot"
+	// TokenCoreGroup is the {group} token of the core ("") API group. A
+	// real group called "core" is escaped to "~63ore" so it cannot meet it.
+	TokenCoreGroup = "core"
+	// tokenEmpty stands for any other empty value; escaped values are never
+	// empty, so it too is distinct.
+	tokenEmpty = "_empty"
+)
+
+// EscapeToken turns any string into one valid, wildcard-free NATS subject
+// token, injectively:
+//
+//   - ASCII letters, digits and "-" are kept;
+//   - "." becomes "_" (Kubernetes names and groups are dotted; a name never
+//     contains "_", so the common case stays readable);
+//   - every other byte, "_" and "~" included, becomes "~" and two upper-case
+//     hex digits, which also covers space, "*", ">", ":" and non-ASCII UTF-8;
+//   - a leading "." becomes "~2E", so an escaped token never starts with "_"
+//     and never meets the fixed tokens above.
+//
+// Decoding is unambiguous ("_" is ".", "~XY" is one byte, anything else is
+// itself), so two different values never share a token. The empty string is
+// the caller's to map to a fixed token.
+func EscapeToken(s string) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if !plain(s[i]) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case plain(c):
+			b.WriteByte(c)
+		case c == '.' && i > 0:
+			b.WriteByte('_')
+		default:
+			b.WriteByte('~')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xf])
+		}
+	}
+	return b.String()
+}
+
+func plain(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-'
+}
+
+func escapeOr(s, empty string) string {
+	if s == "" {
+		return empty
+	}
+	return EscapeToken(s)
+}
+
+// escapeGroup maps the core group to "core" and keeps a real group of that
+// name apart from it.
+func escapeGroup(g string) string {
+	switch g {
+	case "":
+		return TokenCoreGroup
+	case TokenCoreGroup:
+		return "~63ore"
+	}
+	return EscapeToken(g)
+}
+
+// placeholder indexes the values a template can use.
+type placeholder int
+
+const (
+	phNone placeholder = iota
+	phCluster
+	phGroup
+	phVersion
+	phResource
+	phKind
+	phNamespace
+	phName
+)
+
+var placeholders = map[string]placeholder{
+	"cluster": phCluster, "group": phGroup, "version": phVersion, "resource": phResource,
+	"kind": phKind, "namespace": phNamespace, "name": phName,
+}
+
+// templateToken is one token of a compiled template: literal text around at
+// most one placeholder (config validation allows no more).
+type templateToken struct {
+	prefix, suffix string
+	ph             placeholder
+}
+
+// Template expands a validated subject template for an event.
+type Template struct {
+	tokens []templateToken
+}
+
+// CompileTemplate parses a subject template; it rejects what config
+// validation rejects.
+func CompileTemplate(tmpl string) (*Template, error) {
+	if errs := config.ValidateNATSSubjectTemplate(nil, tmpl); len(errs) > 0 {
+		return nil, fmt.Errorf("subject template: %w", errs.ToAggregate())
+	}
+	t := &Template{}
+	for _, tok := range strings.Split(tmpl, ".") {
+		tt := templateToken{prefix: tok}
+		if open := strings.IndexByte(tok, '{'); open >= 0 {
+			end := strings.IndexByte(tok, '}')
+			tt = templateToken{prefix: tok[:open], suffix: tok[end+1:], ph: placeholders[tok[open+1:end]]}
+		}
+		t.tokens = append(t.tokens, tt)
+	}
+	return t, nil
+}
+
+// subjectValues are the escaped tokens of one event.
+type subjectValues [phName + 1]string
+
+// Subject returns the subject of ev. It fails only for an event that does not
+// follow kubewire's event contract (a source it cannot parse).
+func (t *Template) Subject(ev *event.Event) (string, error) {
+	v, err := valuesOf(ev)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for i, tt := range t.tokens {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tt.prefix)
+		if tt.ph != phNone {
+			b.WriteString(v[tt.ph])
+			b.WriteString(tt.suffix)
+		}
+	}
+	return b.String(), nil
+}
+
+// valuesOf reads the subject values from the event contract: group, version
+// and resource from the source, the rest from extensions.
+func valuesOf(ev *event.Event) (subjectValues, error) {
+	var v subjectValues
+	src := ev.Source()
+	// /clusters/<cluster>/api/<version>/<resource> or
+	// /clusters/<cluster>/apis/<group>/<version>/<resource>
+	parts := strings.Split(strings.TrimPrefix(src, "/"), "/")
+	var group, version, resource string
+	switch {
+	case len(parts) == 5 && parts[0] == "clusters" && parts[2] == "api":
+		version, resource = parts[3], parts[4]
+	case len(parts) == 6 && parts[0] == "clusters" && parts[2] == "apis":
+		group, version, resource = parts[3], parts[4], parts[5]
+	default:
+		return v, fmt.Errorf("event %s: source %q is not a kubewire resource source", ev.ID(), src)
+	}
+	ext := func(name string) string {
+		s, _ := ev.Extensions()[name].(string)
+		return s
+	}
+	cluster := ext(encoding.ExtCluster)
+	if cluster == "" {
+		cluster = parts[1]
+	}
+	v[phCluster] = escapeOr(cluster, tokenEmpty)
+	v[phGroup] = escapeGroup(group)
+	v[phVersion] = escapeOr(version, tokenEmpty)
+	v[phResource] = escapeOr(resource, tokenEmpty)
+	v[phKind] = escapeOr(ext(encoding.ExtKind), tokenEmpty)
+	name := ext(encoding.ExtName)
+	switch {
+	case name == "":
+		// Only snapshot markers have no object.
+		v[phNamespace], v[phName] = TokenSnapshot, TokenSnapshot
+	default:
+		v[phNamespace] = escapeOr(ext(encoding.ExtNamespace), TokenClusterScoped)
+		v[phName] = EscapeToken(name)
+	}
+	return v, nil
+}
