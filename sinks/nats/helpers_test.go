@@ -17,7 +17,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding/format"
 	"github.com/cloudevents/sdk-go/v2/binding/spec"
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/kubewire/kubewire/internal/config"
@@ -25,59 +25,82 @@ import (
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
 
-// broker is a real nats-server running in the test process, with JetStream
-// on and its store in a temporary directory that survives restarts.
-type broker struct {
-	t    *testing.T
-	mu   sync.Mutex
-	opts server.Options
-	srv  *server.Server
+// server is a real nats-server that a test can stop and start again on the
+// same port and store: embedded in the test process, or (in make e2e) the
+// Debian nats-server binary as a separate process.
+type natsServer interface {
+	start(t *testing.T)
+	stop()
+	url() string
 }
 
+// broker wraps a server with the helpers the tests share.
+type broker struct {
+	mu  sync.Mutex
+	srv natsServer
+}
+
+func newBroker(t *testing.T, srv natsServer) *broker {
+	t.Helper()
+	b := &broker{srv: srv}
+	srv.start(t)
+	t.Cleanup(func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.srv.stop()
+	})
+	return b
+}
+
+// startBroker runs nats-server in the test process with JetStream on and its
+// store in a temporary directory that survives restarts.
 func startBroker(t *testing.T) *broker {
 	t.Helper()
-	b := &broker{t: t, opts: server.Options{
+	return newBroker(t, &embedded{opts: natsserver.Options{
 		Host:      "127.0.0.1",
 		Port:      -1,
 		JetStream: true,
 		StoreDir:  t.TempDir(),
 		NoLog:     true,
 		NoSigs:    true,
-	}}
-	b.start()
-	// Later starts reuse the port, so connected clients find it again.
-	b.opts.Port = b.srv.Addr().(*net.TCPAddr).Port
-	t.Cleanup(func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.srv.Shutdown()
-		b.srv.WaitForShutdown()
-	})
-	return b
+	}})
 }
 
-func (b *broker) start() {
-	b.t.Helper()
-	opts := b.opts
-	srv, err := server.NewServer(&opts)
+type embedded struct {
+	opts natsserver.Options
+	srv  *natsserver.Server
+}
+
+func (e *embedded) start(t *testing.T) {
+	t.Helper()
+	opts := e.opts
+	srv, err := natsserver.NewServer(&opts)
 	if err != nil {
-		b.t.Fatalf("nats-server: %v", err)
+		t.Fatalf("nats-server: %v", err)
 	}
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
-		b.t.Fatal("nats-server did not become ready")
+		t.Fatal("nats-server did not become ready")
 	}
-	b.srv = srv
+	e.srv = srv
+	// Later starts reuse the port, so connected clients find it again.
+	e.opts.Port = srv.Addr().(*net.TCPAddr).Port
 }
+
+func (e *embedded) stop() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}
+
+func (e *embedded) url() string { return e.srv.ClientURL() }
 
 // Restart stops the server and starts a new one on the same port and store.
 func (b *broker) Restart(t *testing.T) {
 	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.srv.Shutdown()
-	b.srv.WaitForShutdown()
-	b.start()
+	b.srv.stop()
+	b.srv.start(t)
 }
 
 // Stop shuts the server down; Start brings it back on the same port and
@@ -86,21 +109,20 @@ func (b *broker) Stop(t *testing.T) {
 	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.srv.Shutdown()
-	b.srv.WaitForShutdown()
+	b.srv.stop()
 }
 
 func (b *broker) Start(t *testing.T) {
 	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.start()
+	b.srv.start(t)
 }
 
 func (b *broker) URL() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.srv.ClientURL()
+	return b.srv.url()
 }
 
 // connect is the test's own client, separate from the sink's.
