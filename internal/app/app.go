@@ -21,6 +21,7 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/version"
 	"github.com/kubewire/kubewire/sinks"
+	"github.com/kubewire/kubewire/sinks/kafka"
 	natssink "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/stdout"
 )
@@ -29,6 +30,7 @@ import (
 func DefaultRegistry() sinks.Registry {
 	r := sinks.Registry{}
 	stdout.Register(r)
+	kafka.Register(r)
 	natssink.Register(r)
 	return r
 }

@@ -43,7 +43,7 @@ const SinkTypeStdout = "stdout"
 
 // sinkTypes lists the supported sink types. Adding a sink type means adding
 // it here, adding its block to Sink and adding that block to Sink.blocks.
-var sinkTypes = []string{SinkTypeStdout, SinkTypeNATS}
+var sinkTypes = []string{SinkTypeStdout, SinkTypeNATS, SinkTypeKafka}
 
 // SinkTypes lists the supported sink types.
 func SinkTypes() []string { return slices.Clone(sinkTypes) }
@@ -148,6 +148,8 @@ type Sink struct {
 	Stdout *StdoutSink `json:"stdout,omitempty"`
 	// NATS configures a sink of type "nats" (see nats.go).
 	NATS *NATSSink `json:"nats,omitempty"`
+	// Kafka configures a sink of type "kafka" (see kafka.go).
+	Kafka *KafkaSink `json:"kafka,omitempty"`
 }
 
 // StdoutSink configures a sink that writes CloudEvents to standard output as
@@ -168,6 +170,7 @@ func (s *Sink) blocks() []sinkBlock {
 	return []sinkBlock{
 		{name: SinkTypeStdout, set: s.Stdout != nil},
 		{name: SinkTypeNATS, set: s.NATS != nil},
+		{name: SinkTypeKafka, set: s.Kafka != nil},
 	}
 }
 

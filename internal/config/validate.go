@@ -43,6 +43,7 @@ func validate(c *Config) field.ErrorList {
 	sinkNames, sinkErrs := validateSinks(field.NewPath("sinks"), c.Sinks)
 	errs = append(errs, validateResources(field.NewPath("resources"), c.Resources, sinkNames)...)
 	errs = append(errs, sinkErrs...)
+	errs = append(errs, validateKafkaTopics(c)...)
 	return errs
 }
 
@@ -146,6 +147,9 @@ func validateSinks(p *field.Path, sinks []Sink) ([]string, field.ErrorList) {
 		}
 		if s.Type == SinkTypeNATS {
 			errs = append(errs, validateNATSSink(sp.Child("nats"), s.NATS)...)
+		}
+		if s.Type == SinkTypeKafka {
+			errs = append(errs, validateKafkaSink(sp.Child("kafka"), s.Kafka)...)
 		}
 	}
 	return names, errs

@@ -1,0 +1,307 @@
+// Package kafkatest runs a real Apache Kafka broker (KRaft, one node that is
+// both broker and controller) for end-to-end tests. The jars come from Maven
+// Central once per machine, into a cache outside the repository; each broker
+// gets free ports and a temporary directory, and is killed when its test
+// ends (and when the test process dies, through Pdeathsig).
+package kafkatest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+)
+
+// Version is the Apache Kafka release the tests run against.
+const Version = "4.1.1"
+
+// clusterID is any 16 bytes in URL-safe base64; a test cluster needs no
+// unique one.
+const clusterID = "a3ViZXdpcmUtdGVzdC0xMQ"
+
+// pom asks Maven for the broker and everything it needs at runtime.
+const pom = `<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>io.kubewire.test</groupId>
+  <artifactId>kafka-runtime</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_2.13</artifactId>
+      <version>` + Version + `</version>
+    </dependency>
+  </dependencies>
+</project>
+`
+
+// Libs returns the directory holding the broker's jars, fetching them with
+// Maven on first use. A file lock keeps concurrent test processes from
+// fetching at the same time; a marker file makes a half-finished fetch
+// count as absent.
+func Libs() (string, error) {
+	base := os.Getenv("KUBEWIRE_CACHE")
+	if base == "" {
+		home, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("kafkatest: cache dir: %w", err)
+		}
+		base = filepath.Join(home, "kubewire")
+	}
+	dir := filepath.Join(base, "kafka-"+Version)
+	libs := filepath.Join(dir, "libs")
+	done := filepath.Join(dir, ".complete")
+	if _, err := os.Stat(done); err == nil {
+		return libs, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("kafkatest: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("kafkatest: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("kafkatest: lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if _, err := os.Stat(done); err == nil {
+		return libs, nil // another process fetched them while we waited
+	}
+	work, err := os.MkdirTemp(dir, "fetch-")
+	if err != nil {
+		return "", fmt.Errorf("kafkatest: %w", err)
+	}
+	defer os.RemoveAll(work)
+	if err := os.WriteFile(filepath.Join(work, "pom.xml"), []byte(pom), 0o644); err != nil {
+		return "", fmt.Errorf("kafkatest: %w", err)
+	}
+	out := filepath.Join(work, "libs")
+	cmd := exec.Command("mvn", "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory="+out)
+	cmd.Dir = work
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("kafkatest: mvn dependency:copy-dependencies for kafka_2.13:%s: %w\n%s", Version, err, b)
+	}
+	os.RemoveAll(libs)
+	if err := os.Rename(out, libs); err != nil {
+		return "", fmt.Errorf("kafkatest: %w", err)
+	}
+	if err := os.WriteFile(done, nil, 0o644); err != nil {
+		return "", fmt.Errorf("kafkatest: %w", err)
+	}
+	return libs, nil
+}
+
+// Broker is one running Kafka node.
+type Broker struct {
+	// Addr is host:port of the PLAINTEXT listener.
+	Addr string
+	// Libs is the directory of the jars, for running Java tools.
+	Libs string
+
+	t      testing.TB
+	dir    string
+	props  string
+	logf   string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Start formats storage and starts a broker, failing t if it is not ready
+// within a minute. props are added to (and override) the server
+// properties, for example "message.max.bytes" or "log.cleaner.backoff.ms".
+func Start(t testing.TB, props map[string]string) *Broker {
+	t.Helper()
+	if _, err := exec.LookPath("java"); err != nil {
+		t.Fatalf("kafkatest: java is required: %v", err)
+	}
+	libs, err := Libs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	port, cport := freePort(t), freePort(t)
+	b := &Broker{
+		Addr:  "127.0.0.1:" + strconv.Itoa(port),
+		Libs:  libs,
+		t:     t,
+		dir:   dir,
+		props: filepath.Join(dir, "server.properties"),
+		logf:  filepath.Join(dir, "broker.log"),
+	}
+	p := map[string]string{
+		"process.roles":                            "broker,controller",
+		"node.id":                                  "1",
+		"controller.quorum.bootstrap.servers":      "127.0.0.1:" + strconv.Itoa(cport),
+		"listeners":                                "PLAINTEXT://127.0.0.1:" + strconv.Itoa(port) + ",CONTROLLER://127.0.0.1:" + strconv.Itoa(cport),
+		"advertised.listeners":                     "PLAINTEXT://127.0.0.1:" + strconv.Itoa(port),
+		"controller.listener.names":                "CONTROLLER",
+		"inter.broker.listener.name":               "PLAINTEXT",
+		"listener.security.protocol.map":           "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+		"log.dirs":                                 filepath.Join(dir, "data"),
+		"num.partitions":                           "1",
+		"offsets.topic.replication.factor":         "1",
+		"transaction.state.log.replication.factor": "1",
+		"transaction.state.log.min.isr":            "1",
+		"group.initial.rebalance.delay.ms":         "0",
+		"auto.create.topics.enable":                "false",
+	}
+	for k, v := range props {
+		p[k] = v
+	}
+	var buf bytes.Buffer
+	for k, v := range p {
+		fmt.Fprintf(&buf, "%s=%s\n", k, v)
+	}
+	if err := os.WriteFile(b.props, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	format := exec.Command("java", "-cp", filepath.Join(libs, "*"), "kafka.tools.StorageTool",
+		"format", "--standalone", "-t", clusterID, "-c", b.props)
+	if out, err := format.CombinedOutput(); err != nil {
+		t.Fatalf("kafkatest: format storage: %v\n%s", err, out)
+	}
+	t.Cleanup(b.Kill)
+	b.start()
+	return b
+}
+
+func (b *Broker) start() {
+	b.t.Helper()
+	logf, err := os.OpenFile(b.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command("java", "-Xmx512m", "-XX:+UseSerialGC",
+		"-Dlog4j2.configurationFile="+b.log4j(), "-cp", filepath.Join(b.Libs, "*"), "kafka.Kafka", b.props)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The broker must not outlive the test process, even one killed hard.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.t.Fatalf("kafkatest: start broker: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	b.mu.Lock()
+	b.cmd, b.exited = cmd, exited
+	b.mu.Unlock()
+	if err := b.waitReady(exited); err != nil {
+		log, _ := os.ReadFile(b.logf)
+		if len(log) > 8000 {
+			log = log[len(log)-8000:]
+		}
+		b.t.Fatalf("kafkatest: broker at %s not ready: %v\n%s", b.Addr, err, log)
+	}
+}
+
+// log4j writes a configuration that sends the broker's logs to stdout at
+// WARN, so the log file stays small and readable.
+func (b *Broker) log4j() string {
+	f := filepath.Join(b.dir, "log4j2.yaml")
+	const cfg = `Configuration:
+  Appenders:
+    Console:
+      name: out
+      target: SYSTEM_OUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: out
+`
+	os.WriteFile(f, []byte(cfg), 0o644)
+	return f
+}
+
+// waitReady polls until the broker answers metadata with itself as a
+// broker, or a minute passes, or the process exits.
+func (b *Broker) waitReady(exited <-chan struct{}) error {
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return errors.New("the broker process exited")
+		case <-tick.C:
+		}
+		tr := &kafkago.Transport{DialTimeout: time.Second}
+		c := &kafkago.Client{Addr: kafkago.TCP(b.Addr), Timeout: 2 * time.Second, Transport: tr}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		md, err := c.Metadata(ctx, &kafkago.MetadataRequest{})
+		cancel()
+		tr.CloseIdleConnections()
+		if err == nil && len(md.Brokers) > 0 {
+			return nil
+		}
+		last = err
+	}
+	return fmt.Errorf("timed out: %v", last)
+}
+
+// Kill stops the broker with SIGKILL, as a crash would, and waits for it to
+// exit. Its data stays for Restart.
+func (b *Broker) Kill() {
+	b.mu.Lock()
+	cmd, exited := b.cmd, b.exited
+	b.cmd = nil
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+}
+
+// Restart kills the broker and starts it again on the same ports and data.
+func (b *Broker) Restart(t *testing.T) {
+	t.Helper()
+	b.Kill()
+	b.start()
+}
+
+// Java runs a single-file Java program (Java 11+ source launch) with the
+// broker's jars on the class path and returns its standard output.
+func (b *Broker) Java(ctx context.Context, source string, args ...string) (string, error) {
+	f := filepath.Join(b.dir, "Main.java")
+	if err := os.WriteFile(f, []byte(source), 0o644); err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "java", append([]string{"-cp", filepath.Join(b.Libs, "*"), f}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("java %s: %w\n%s", f, err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

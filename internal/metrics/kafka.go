@@ -1,0 +1,50 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Kafka-specific collectors. The generic ones (published, retries, healthy)
+// live in metrics.go and are kept by the dispatcher; these say what the
+// Kafka sink did on the wire and why it struggles.
+var (
+	// KafkaProduceRequests counts produce requests by outcome: ok, or the
+	// Kafka error name (e.g. not_leader_or_follower, message_too_large), or
+	// network for a request whose answer never came.
+	KafkaProduceRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_kafka_produce_requests_total",
+		Help: "Kafka produce requests, by sink and outcome (ok, a Kafka error name, or network).",
+	}, []string{"sink", "outcome"})
+
+	// KafkaRecords counts records acknowledged by kind: event, tombstone,
+	// marker (one per partition a snapshot marker is copied to).
+	KafkaRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_kafka_records_total",
+		Help: "Kafka records acknowledged, by sink and kind (event, tombstone, marker).",
+	}, []string{"sink", "kind"})
+
+	// KafkaOversized counts events the broker refused as too large, by what
+	// happened next: reference (sent again with a reference payload) or
+	// dropped (even the reference was refused).
+	KafkaOversized = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_kafka_oversized_events_total",
+		Help: "Events refused by Kafka as too large, by sink and action (reference: sent with a reference payload; dropped).",
+	}, []string{"sink", "action"})
+
+	// KafkaBatchRecords observes how many records each produce request
+	// carried: whether linger and batch limits do what was intended.
+	KafkaBatchRecords = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kubewire_kafka_batch_records",
+		Help:    "Records per Kafka produce request, by sink.",
+		Buckets: prometheus.ExponentialBuckets(1, 4, 7),
+	}, []string{"sink"})
+
+	// KafkaProduceSeconds observes produce round trips.
+	KafkaProduceSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kubewire_kafka_produce_seconds",
+		Help:    "Duration of Kafka produce round trips, by sink.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+	}, []string{"sink"})
+)
+
+func init() {
+	Registry.MustRegister(KafkaProduceRequests, KafkaRecords, KafkaOversized, KafkaBatchRecords, KafkaProduceSeconds)
+}

@@ -1,0 +1,181 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/binding/format"
+	"github.com/cloudevents/sdk-go/v2/binding/spec"
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/kubewire/kubewire/encoding"
+)
+
+// The names the CloudEvents Kafka protocol binding gives to headers.
+const (
+	// HeaderPrefix starts the header of every attribute in binary mode
+	// (binding 3.2.3). The binding names them in lowercase.
+	HeaderPrefix = "ce_"
+	// HeaderContentType carries datacontenttype in binary mode (3.2.1) and
+	// the event format's media type in structured mode (3.1.1). A reader
+	// picks the mode by it: application/cloudevents... means structured.
+	HeaderContentType = "content-type"
+	// ContentTypeStructured is the media type of a structured-mode record.
+	ContentTypeStructured = "application/cloudevents+json"
+)
+
+// messageWriter fills a kafka-go Message from sdk-go's binding package, which
+// walks the event and calls us once per attribute: we never decide ourselves
+// which attributes exist or how their values are written as strings.
+type messageWriter kafkago.Message
+
+var (
+	_ binding.BinaryWriter     = (*messageWriter)(nil)
+	_ binding.StructuredWriter = (*messageWriter)(nil)
+)
+
+// SetStructuredEvent writes the whole event, in the format's media type, as
+// the value.
+func (w *messageWriter) SetStructuredEvent(_ context.Context, f format.Format, ev io.Reader) error {
+	w.Headers = append(w.Headers[:0], kafkago.Header{Key: HeaderContentType, Value: []byte(f.MediaType())})
+	return w.SetData(ev)
+}
+
+// Start resets the headers, so a writer can be reused for a retry.
+func (w *messageWriter) Start(context.Context) error {
+	w.Headers = w.Headers[:0]
+	return nil
+}
+
+// End has nothing to flush.
+func (w *messageWriter) End(context.Context) error { return nil }
+
+// SetData writes the event's data, untouched, as the value.
+func (w *messageWriter) SetData(r io.Reader) error {
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(r); err != nil {
+		return fmt.Errorf("read event data: %w", err)
+	}
+	w.Value = buf.Bytes()
+	return nil
+}
+
+// SetAttribute maps a context attribute to its header: datacontenttype to
+// content-type, every other one to ce_<name>.
+func (w *messageWriter) SetAttribute(a spec.Attribute, value any) error {
+	name := HeaderPrefix + a.Name()
+	if a.Kind() == spec.DataContentType {
+		name = HeaderContentType
+	}
+	return w.set(name, value)
+}
+
+// SetExtension maps an extension to ce_<name>.
+func (w *messageWriter) SetExtension(name string, value any) error {
+	return w.set(HeaderPrefix+name, value)
+}
+
+func (w *messageWriter) set(name string, value any) error {
+	if value == nil {
+		w.remove(name)
+		return nil
+	}
+	s, err := types.Format(value)
+	if err != nil {
+		return fmt.Errorf("header %s: %w", name, err)
+	}
+	w.Headers = append(w.Headers, kafkago.Header{Key: name, Value: []byte(s)})
+	return nil
+}
+
+func (w *messageWriter) remove(name string) {
+	for i, h := range w.Headers {
+		if h.Key == name {
+			w.Headers = append(w.Headers[:i], w.Headers[i+1:]...)
+			return
+		}
+	}
+}
+
+// EncodeMessage turns ev into a Kafka message in the given content mode,
+// following the CloudEvents Kafka protocol binding. The key is the
+// partitionkey extension (binding 3.3): one object, one key, one partition.
+func EncodeMessage(ev *event.Event, structured bool) (kafkago.Message, error) {
+	ctx := binding.WithForceBinary(context.Background())
+	if structured {
+		ctx = binding.WithForceStructured(context.Background())
+	}
+	var m kafkago.Message
+	if _, err := binding.Write(ctx, binding.ToMessage(ev), (*messageWriter)(&m), (*messageWriter)(&m)); err != nil {
+		return kafkago.Message{}, fmt.Errorf("kafka binding of event %s: %w", ev.ID(), err)
+	}
+	if k, ok := ev.Extensions()[encoding.ExtPartitionKey]; ok {
+		s, err := types.Format(k)
+		if err != nil {
+			return kafkago.Message{}, fmt.Errorf("partitionkey of event %s: %w", ev.ID(), err)
+		}
+		m.Key = []byte(s)
+	}
+	return m, nil
+}
+
+// ExtPayload marks an event whose data is a reference to the object instead
+// of the object itself, because the full event was larger than the broker
+// accepts. Its value is PayloadReference.
+const (
+	ExtPayload       = "payload"
+	PayloadReference = "reference"
+)
+
+// referenceData is the data of a reference event: enough for a consumer to
+// GET the object at that resourceVersion from the API server.
+type referenceData struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   referenceMetadata `json:"metadata"`
+}
+
+type referenceMetadata struct {
+	Namespace       string `json:"namespace,omitempty"`
+	Name            string `json:"name"`
+	UID             string `json:"uid,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+}
+
+// ReferenceEvent returns a copy of ev whose data only names the object, and
+// that carries ExtPayload=reference. The id stays: it is the same change,
+// and a consumer that deduplicates must treat it as such. Everything it
+// needs is in ev's extensions, so the object is not decoded again.
+func ReferenceEvent(ev *event.Event) (*event.Event, error) {
+	ext := ev.Extensions()
+	str := func(name string) string {
+		s, _ := types.Format(ext[name])
+		return s
+	}
+	ref := referenceData{
+		APIVersion: str(encoding.ExtAPIVersion),
+		Kind:       str(encoding.ExtKind),
+		Metadata: referenceMetadata{
+			Namespace:       str(encoding.ExtNamespace),
+			Name:            str(encoding.ExtName),
+			UID:             str(encoding.ExtUID),
+			ResourceVersion: str(encoding.ExtResourceVersion),
+		},
+	}
+	data, err := json.Marshal(ref)
+	if err != nil {
+		return nil, fmt.Errorf("reference data of event %s: %w", ev.ID(), err)
+	}
+	c := ev.Clone()
+	c.SetExtension(ExtPayload, PayloadReference)
+	if err := c.SetData(event.ApplicationJSON, data); err != nil {
+		return nil, fmt.Errorf("reference data of event %s: %w", ev.ID(), err)
+	}
+	return &c, nil
+}

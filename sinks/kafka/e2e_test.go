@@ -1,0 +1,193 @@
+//go:build e2e
+
+package kafka_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/kafkatest"
+	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	"github.com/kubewire/kubewire/sinks/sinktest"
+)
+
+// One real broker serves every end-to-end test of the package except the
+// ones that need their own broker settings.
+func TestE2EConformanceOnRealKafkaWithSIGKILLRestart(t *testing.T) {
+	b := kafkatest.Start(t, nil)
+	addr := func() string { return b.Addr }
+	sinktest.Run(t, harness(addr, 3, b.Restart).Harness())
+}
+
+func createTopic(t *testing.T, addr, name string, partitions int, configs map[string]string) {
+	t.Helper()
+	tr := &kafkago.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafkago.Client{Addr: kafkago.TCP(addr), Timeout: 20 * time.Second, Transport: tr}
+	tc := kafkago.TopicConfig{Topic: name, NumPartitions: partitions, ReplicationFactor: 1}
+	for k, v := range configs {
+		tc.ConfigEntries = append(tc.ConfigEntries, kafkago.ConfigEntry{ConfigName: k, ConfigValue: v})
+	}
+	res, err := c.CreateTopics(context.Background(), &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{tc}})
+	if err != nil || res.Errors[name] != nil {
+		t.Fatalf("create topic %s: %v %v", name, err, res.Errors)
+	}
+}
+
+func TestE2EAnOversizedEventFallsBackToAReferenceOnRealKafka(t *testing.T) {
+	b := kafkatest.Start(t, nil)
+	s, prefix := newSink(t, b.Addr, 1, nil)
+	createTopic(t, b.Addr, widgetTopic(prefix), 1, map[string]string{"max.message.bytes": "4000"})
+	connect(t, s)
+
+	big := sinktest.Change(informer.OpUpdated, "team-a", "big", 2)
+	big.Object.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
+	before := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference"))
+	write(t, s,
+		sinktest.Change(informer.OpUpdated, "team-a", "small-1", 1),
+		big,
+		sinktest.Change(informer.OpUpdated, "team-a", "small-2", 3),
+	)
+	var names []string
+	for _, ev := range decodeRecords(t, readTopic(context.Background(), t, b.Addr, widgetTopic(prefix))) {
+		n, _ := ev.Extensions()[encoding.ExtName].(string)
+		if p, _ := ev.Extensions()[kafka.ExtPayload].(string); p != "" {
+			n += "(" + p + ")"
+		}
+		names = append(names, n)
+	}
+	if got, want := strings.Join(names, ","), "small-1,big(reference),small-2"; got != want {
+		t.Errorf("the topic holds %s, want %s", got, want)
+	}
+	if d := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference")) - before; d != 1 {
+		t.Errorf("kubewire_kafka_oversized_events_total{action=reference} grew by %v, want 1", d)
+	}
+}
+
+// After the log cleaner has run, a compacted topic fed with tombstones holds
+// each live object once and no deleted object at all.
+func TestE2EACompactedTopicWithTombstonesHoldsExactlyTheLiveObjects(t *testing.T) {
+	b := kafkatest.Start(t, map[string]string{"log.cleaner.backoff.ms": "200"})
+	s, prefix := newSink(t, b.Addr, 1, nil)
+	createTopic(t, b.Addr, widgetTopic(prefix), 1, map[string]string{
+		"cleanup.policy":            "compact",
+		"segment.ms":                "100",
+		"min.cleanable.dirty.ratio": "0.01",
+		"delete.retention.ms":       "0",
+		"min.compaction.lag.ms":     "0",
+	})
+	connect(t, s)
+
+	live := map[string]int{}
+	var changes []*informer.Change
+	for i := range 10 {
+		name := "obj-" + strconv.Itoa(i)
+		for rv := 1; rv <= 3; rv++ {
+			op := informer.OpUpdated
+			if rv == 1 {
+				op = informer.OpAdded
+			}
+			changes = append(changes, sinktest.Change(op, "team-a", name, i*10+rv))
+		}
+		if i%2 == 0 {
+			changes = append(changes, sinktest.Change(informer.OpDeleted, "team-a", name, i*10+4))
+		} else {
+			live["widgets.demo.kubewire.io/team-a/"+name] = i*10 + 3
+		}
+	}
+	// Kafka rolls segments by record timestamps, which are the events'
+	// times: the suite's fixed time would never roll one.
+	for _, c := range changes {
+		c.Observed = time.Now()
+	}
+	write(t, s, changes...)
+
+	// Compaction skips the active segment; each poll writes one more change
+	// of a live "roll" object so the segment before it rolls and is cleaned.
+	roll := 0
+	rollKey := "widgets.demo.kubewire.io/team-a/roll"
+	var why string
+	poll(t, 90*time.Second, "the cleaner to compact the topic", func() bool {
+		roll++
+		rc := sinktest.Change(informer.OpUpdated, "team-a", "roll", 1000+roll)
+		rc.Observed = time.Now()
+		write(t, s, rc)
+		seen := map[string]int{}
+		var last = map[string]rawRecord{}
+		for _, r := range readTopic(context.Background(), t, b.Addr, widgetTopic(prefix)) {
+			if string(r.key) == rollKey {
+				continue
+			}
+			seen[string(r.key)]++
+			last[string(r.key)] = r
+		}
+		for k, n := range seen {
+			if n > 1 {
+				why = k + " appears " + strconv.Itoa(n) + " times"
+				return false
+			}
+			if _, ok := live[k]; !ok {
+				why = "deleted object " + k + " is still there"
+				return false
+			}
+		}
+		for k, rv := range live {
+			r, ok := last[k]
+			if !ok || string(r.headers["ce_resourceversion"]) != strconv.Itoa(rv) {
+				why = "live object " + k + " lacks its latest state"
+				return false
+			}
+		}
+		return true
+	}, func() string { return why })
+}
+
+// javaPartitioner prints the partition Java's producer picks for each key
+// argument, with the class Kafka's producer itself uses.
+const javaPartitioner = `
+import org.apache.kafka.clients.producer.internals.BuiltInPartitioner;
+import java.nio.charset.StandardCharsets;
+public class Main {
+  public static void main(String[] args) {
+    int n = Integer.parseInt(args[0]);
+    for (int i = 1; i < args.length; i++) {
+      System.out.println(BuiltInPartitioner.partitionForKey(args[i].getBytes(StandardCharsets.UTF_8), n));
+    }
+  }
+}
+`
+
+func TestE2EKubewireAndJavasProducerPickTheSamePartition(t *testing.T) {
+	b := kafkatest.Start(t, nil)
+	keys := []string{"pods/default/web-0", "configmaps/kube-system/coredns", "nodes/node-a.example",
+		"widgets.demo.kubewire.io/team-a/cm-1", "deployments.apps/prod/api", "ünïcødé/ns/ö", ""}
+	bal, _ := kafka.NewBalancer(config.KafkaBalancerMurmur2)
+	for _, n := range []int{1, 3, 7, 12} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := b.Java(ctx, javaPartitioner, append([]string{strconv.Itoa(n)}, keys[:len(keys)-1]...)...)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]int, n)
+		for i := range ids {
+			ids[i] = i
+		}
+		for i, line := range strings.Fields(out) {
+			want, _ := strconv.Atoi(line)
+			if got := bal.Balance(kafkago.Message{Key: []byte(keys[i])}, ids...); got != want {
+				t.Errorf("key %q over %d partitions: kubewire picks %d, Java %d", keys[i], n, got, want)
+			}
+		}
+	}
+}
