@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/leader"
+	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/version"
 )
 
@@ -150,6 +153,7 @@ func newVersion(stdout io.Writer) *cobra.Command {
 
 func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	var path, kubeconfig, kubecontext, httpAddr string
+	var el electionFlags
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
 		Short: "Watch the configured resources and stream their changes to the sinks",
@@ -166,6 +170,12 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var lc leader.Config
+			if el.enabled {
+				if lc, err = el.config(); err != nil {
+					return err
+				}
+			}
 			rc, err := restConfig(kubeconfig, kubecontext)
 			if err != nil {
 				return err
@@ -176,22 +186,68 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ready := a.Ready
+			if el.enabled {
+				// A standby runs no informers and is healthy as it is.
+				ready = func() bool { return !leader.IsLeader() || a.Ready() }
+			}
 			if httpAddr != "" {
-				bound, err := app.ServeHTTP(ctx, httpAddr, a.Ready, log)
+				bound, err := app.ServeHTTP(ctx, httpAddr, ready, log)
 				if err != nil {
 					return fmt.Errorf("--http-address %q: %w", httpAddr, err)
 				}
 				log.Info("serving /metrics, /healthz and /readyz", "address", bound.String())
 			}
-			_, err = a.Run(ctx)
-			return err
+			if !el.enabled {
+				metrics.IsLeader.Set(1)
+				_, err = a.Run(ctx)
+				return err
+			}
+			return leader.Run(ctx, rc, lc, log, func(ctx context.Context) { _, _ = a.Run(ctx) })
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, ~/.kube/config, then in-cluster")
 	cmd.Flags().StringVar(&kubecontext, "context", "", "kubeconfig context to use instead of the current one")
 	cmd.Flags().StringVar(&httpAddr, "http-address", ":9090", `address for /metrics, /healthz and /readyz; "" disables`)
+	el.register(cmd)
 	return cmd
+}
+
+// electionFlags configure leader election for running several replicas.
+type electionFlags struct {
+	enabled             bool
+	id, namespace       string
+	lease, renew, retry time.Duration
+}
+
+func (f *electionFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.BoolVar(&f.enabled, "leader-elect", false, "run as one of several replicas; only the holder of the Lease publishes")
+	fl.StringVar(&f.id, "leader-election-id", "kubewire", "name of the coordination.k8s.io Lease")
+	fl.StringVar(&f.namespace, "leader-election-namespace", "", "namespace of the Lease (default: $POD_NAMESPACE, then the service account's namespace)")
+	fl.DurationVar(&f.lease, "leader-election-lease-duration", 15*time.Second, "how long a standby waits after the last renewal before taking over")
+	fl.DurationVar(&f.renew, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops")
+	fl.DurationVar(&f.retry, "leader-election-retry-period", 2*time.Second, "how often to try to acquire or renew the Lease")
+}
+
+func (f *electionFlags) config() (leader.Config, error) {
+	ns := f.namespace
+	if ns == "" {
+		ns = os.Getenv("POD_NAMESPACE")
+	}
+	if ns == "" {
+		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+			ns = strings.TrimSpace(string(b))
+		}
+	}
+	switch {
+	case ns == "":
+		return leader.Config{}, usageError{errors.New("--leader-elect needs --leader-election-namespace (or $POD_NAMESPACE) outside a cluster")}
+	case f.lease <= f.renew || f.renew <= f.retry || f.retry <= 0:
+		return leader.Config{}, usageError{fmt.Errorf("leader election durations must satisfy lease (%s) > renew deadline (%s) > retry period (%s) > 0", f.lease, f.renew, f.retry)}
+	}
+	return leader.Config{LeaseName: f.id, Namespace: ns, LeaseDuration: f.lease, RenewDeadline: f.renew, RetryPeriod: f.retry}, nil
 }
 
 // restConfig follows client-go's standard loading rules: an explicit

@@ -228,45 +228,8 @@ func TestARelistAfterCompactionEmitsTheLostDeletesMarkedAndConverges(t *testing.
 func TestKubewireKilledWithSIGKILLConvergesAfterARestartIncludingDeletesMadeWhileDown(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kubewire")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/kubewire").CombinedOutput(); err != nil {
-		t.Fatalf("build kubewire: %v\n%s", err, out)
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cluster.WriteKubeconfig(kubeconfig, testcluster.AdminUser); err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(dir, "kubewire.yaml")
-	if err := os.WriteFile(cfg, []byte(config(ns)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	run := func(out string) (*exec.Cmd, func() []event.Event) {
-		f, err := os.Create(filepath.Join(dir, out))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "run", "--config", cfg, "--kubeconfig", kubeconfig, "--http-address", "")
-		cmd.Stdout = f
-		var stderr apptest.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			f.Close()
-			if t.Failed() {
-				t.Logf("%s stderr:\n%s", out, stderr.String())
-			}
-		})
-		return cmd, func() []event.Event {
-			b, _ := os.ReadFile(f.Name())
-			return apptest.Parse(t, string(b))
-		}
-	}
-
+	k := newProcs(t, ns)
+	run := func(out string) (*exec.Cmd, func() []event.Event) { return k.start(t, out) }
 	first, stream1 := run("first.jsonl")
 	apptest.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
 	stop := make(chan struct{})
@@ -303,4 +266,75 @@ func TestKubewireKilledWithSIGKILLConvergesAfterARestartIncludingDeletesMadeWhil
 
 	_, stream2 := run("second.jsonl")
 	converge(t, ns, stream1, stream2)
+}
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// procs runs kubewire binaries, as a user or Kubernetes would, against the
+// test cluster, each writing its stdout sink to a file.
+type procs struct {
+	dir, kubeconfig, config string
+}
+
+func newProcs(t *testing.T, ns string) *procs {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "kubewire-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "kubewire")
+		if out, err := exec.Command("go", "build", "-o", binary, "../../cmd/kubewire").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build kubewire: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	p := &procs{dir: t.TempDir()}
+	p.kubeconfig = filepath.Join(p.dir, "kubeconfig")
+	if err := cluster.WriteKubeconfig(p.kubeconfig, testcluster.AdminUser); err != nil {
+		t.Fatal(err)
+	}
+	p.config = filepath.Join(p.dir, "kubewire.yaml")
+	if err := os.WriteFile(p.config, []byte(config(ns)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// start runs kubewire with extra flags, its events going to the file out.
+// It returns the process and a reader of what it has written so far.
+func (p *procs) start(t *testing.T, out string, flags ...string) (*exec.Cmd, func() []event.Event) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(p.dir, out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"run", "--config", p.config, "--kubeconfig", p.kubeconfig, "--http-address", ""}, flags...)
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout = f
+	var stderr apptest.Buffer
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		f.Close()
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", out, stderr.String())
+		}
+	})
+	return cmd, func() []event.Event {
+		b, _ := os.ReadFile(f.Name())
+		return apptest.Parse(t, string(b))
+	}
 }

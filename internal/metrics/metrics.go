@@ -85,3 +85,12 @@ func init() {
 		BufferEvents, SinkHealthy, InformerErrors, InformerSynced, SnapshotRecords,
 	)
 }
+
+// IsLeader is 1 while this replica holds the leader lease (always 1 without
+// leader election).
+var IsLeader = prometheus.NewGauge(prometheus.GaugeOpts{
+	Name: "kubewire_is_leader",
+	Help: "1 while this replica is the leader and publishes.",
+})
+
+func init() { Registry.MustRegister(IsLeader) }
