@@ -31,7 +31,7 @@ type Config struct {
 	// LeaseName and Namespace locate the coordination.k8s.io Lease.
 	LeaseName, Namespace string
 	// Identity names this replica in the Lease; default hostname_uuid.
-	Identity                                 string
+	Identity                                  string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
