@@ -331,7 +331,10 @@ func TestPeriodicSnapshotsReadTheCacheAndNeverGoBackwards(t *testing.T) {
 	k := start(t, cfgHeader+fmt.Sprintf("  - {version: v1, resource: configmaps, namespaces: [%s], snapshotInterval: 10s, sinks: [out]}\n", ns), testcluster.AdminUser)
 	k.WaitFor(t, "the initial snapshot", completed("configmaps"))
 	// Churn until a periodic snapshot has completed while updates flowed.
+	pace := time.NewTicker(10 * time.Millisecond)
+	defer pace.Stop()
 	for n := 1; countCompleted(k.Events(t), "configmaps") < 2; n++ {
+		<-pace.C
 		cm.Data["n"] = fmt.Sprint(n)
 		if cm, err = kube.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
@@ -339,7 +342,6 @@ func TestPeriodicSnapshotsReadTheCacheAndNeverGoBackwards(t *testing.T) {
 		if n > 3000 {
 			t.Fatal("no periodic snapshot after 3000 updates")
 		}
-		time.Sleep(10 * time.Millisecond) // paces the churn; not synchronisation
 	}
 	k.Shutdown(t)
 	evs := byKey(k.Events(t))["configmaps/"+ns+"/churn"]

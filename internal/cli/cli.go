@@ -23,6 +23,7 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/leader"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/verify"
 	"github.com/kubewire/kubewire/internal/version"
 )
 
@@ -32,7 +33,13 @@ const (
 	ExitFailed = 1
 	// ExitConfig means the configuration (file or flags) is invalid.
 	ExitConfig = 2
+	// ExitDiverged means `kubewire verify` found divergent keys or order
+	// violations.
+	ExitDiverged = 3
 )
+
+// errDiverged is returned by verify after it printed the differences.
+var errDiverged = errors.New("the sink's contents diverge from the cluster")
 
 // usageError is a bad flag or argument; it exits like a config error.
 type usageError struct{ error }
@@ -60,6 +67,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "invalid configuration:")
 		fmt.Fprintln(stderr, indent(ce.Error()))
 		return ExitConfig
+	case errors.Is(err, errDiverged):
+		fmt.Fprintln(stderr, "verify:", err)
+		return ExitDiverged
 	case errors.As(err, &ue):
 		fmt.Fprintln(stderr, "error:", err)
 		return ExitConfig
@@ -92,7 +102,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout), newVersion(stdout))
+	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout), newVerify(g, stdout, stderr), newVersion(stdout))
 	return root
 }
 
@@ -137,6 +147,49 @@ func newValidate(stdout io.Writer) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")
+	return cmd
+}
+
+func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
+	var path, kubeconfig, kubecontext, sink string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "verify --config FILE --sink NAME",
+		Short: "Read a sink's topic or stream from the beginning and compare it with the cluster; exit 3 if they diverge",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" || sink == "" {
+				return usageError{errors.New("--config and --sink are required")}
+			}
+			if _, err := g.logger(stderr); err != nil {
+				return err
+			}
+			cfg, err := config.Load(path)
+			if err != nil {
+				return err
+			}
+			rc, err := restConfig(kubeconfig, kubecontext)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			rep, err := verify.Run(ctx, verify.Options{Config: cfg, Sink: sink, REST: rc})
+			if err != nil {
+				return err
+			}
+			rep.Print(stdout)
+			if rep.Diverged() {
+				return errDiverged
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")
+	cmd.Flags().StringVar(&sink, "sink", "", "name of the kafka or jetstream sink to read (required)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, ~/.kube/config, then in-cluster")
+	cmd.Flags().StringVar(&kubecontext, "context", "", "kubeconfig context to use instead of the current one")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long")
 	return cmd
 }
 

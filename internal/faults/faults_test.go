@@ -61,7 +61,7 @@ func namespace(t *testing.T) string {
 	return name
 }
 
-func config(ns string) string {
+func configFor(ns string) string {
 	return fmt.Sprintf(`apiVersion: kubewire.io/v1alpha1
 kind: Config
 cluster: faults
@@ -126,11 +126,13 @@ func churn(ns string, stop <-chan struct{}) *sync.WaitGroup {
 		defer wg.Done()
 		ctx := context.Background()
 		cms := kube.CoreV1().ConfigMaps(ns)
+		pace := time.NewTicker(5 * time.Millisecond)
+		defer pace.Stop()
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
-			default:
+			case <-pace.C:
 			}
 			name := fmt.Sprintf("cm-%d", i%20)
 			switch i % 3 {
@@ -146,7 +148,6 @@ func churn(ns string, stop <-chan struct{}) *sync.WaitGroup {
 					_ = cms.Delete(ctx, fmt.Sprintf("cm-%d", (i+7)%20), metav1.DeleteOptions{})
 				}
 			}
-			time.Sleep(5 * time.Millisecond) // paces the load; not synchronisation
 		}
 	}()
 	return &wg
@@ -154,7 +155,7 @@ func churn(ns string, stop <-chan struct{}) *sync.WaitGroup {
 
 func TestTheConsumerConvergesAcrossAnAPIServerRestartMidStream(t *testing.T) {
 	ns := namespace(t)
-	k := apptest.Start(t, config(ns), cluster.RESTConfig(testcluster.AdminUser))
+	k := apptest.Start(t, configFor(ns), cluster.RESTConfig(testcluster.AdminUser))
 	k.WaitFor(t, "the initial snapshot", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
 	stop := make(chan struct{})
 	wg := churn(ns, stop)
@@ -183,7 +184,7 @@ func TestARelistAfterCompactionEmitsTheLostDeletesMarkedAndConverges(t *testing.
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	k := apptest.Start(t, config(ns), proxy.RESTConfig(cluster, testcluster.AdminUser))
+	k := apptest.Start(t, configFor(ns), proxy.RESTConfig(cluster, testcluster.AdminUser))
 	k.WaitFor(t, "the initial snapshot", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
 
 	// Cut kubewire off, change the cluster behind its back, and compact the
@@ -302,7 +303,7 @@ func newProcs(t *testing.T, ns string) *procs {
 		t.Fatal(err)
 	}
 	p.config = filepath.Join(p.dir, "kubewire.yaml")
-	if err := os.WriteFile(p.config, []byte(config(ns)), 0o600); err != nil {
+	if err := os.WriteFile(p.config, []byte(configFor(ns)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -29,9 +29,12 @@ type View struct {
 	objects map[string]map[string]Object
 	// open maps a snapshot id to the keys touched since its started marker.
 	open map[string]*window
-	// Problems collects contract violations seen while applying: a version
-	// going backwards, a completed marker without a started one.
+	// Problems collects per-key order violations seen while applying: a
+	// resourceVersion going backwards.
 	Problems []string
+	// Unmatched counts completed markers whose started marker was not seen,
+	// which is normal on a compacted topic; their snapshot rule is skipped.
+	Unmatched int
 }
 
 type window struct {
@@ -68,7 +71,7 @@ func (v *View) Apply(ev *event.Event) {
 	case encoding.TypeSnapshotCompleted:
 		w, ok := v.open[sid]
 		if !ok {
-			v.Problems = append(v.Problems, fmt.Sprintf("snapshot %s completed without being started", sid))
+			v.Unmatched++
 			return
 		}
 		delete(v.open, sid)
@@ -110,6 +113,31 @@ func olderRV(a, b string) bool {
 	x, err1 := strconv.ParseUint(a, 10, 64)
 	y, err2 := strconv.ParseUint(b, 10, 64)
 	return err1 == nil && err2 == nil && x < y
+}
+
+// Delete applies a tombstone: a compacted Kafka topic may have dropped the
+// deleted event and kept only the tombstone that followed it.
+func (v *View) Delete(key string) {
+	delete(v.objects[resourceOf(key)], key)
+}
+
+// Merge combines the views of several partitions of one topic: each key
+// lives in exactly one partition, so the union is the whole state.
+func Merge(vs ...*View) *View {
+	out := NewView()
+	for _, v := range vs {
+		for res, m := range v.objects {
+			if out.objects[res] == nil {
+				out.objects[res] = map[string]Object{}
+			}
+			for k, o := range m {
+				out.objects[res][k] = o
+			}
+		}
+		out.Problems = append(out.Problems, v.Problems...)
+		out.Unmatched += v.Unmatched
+	}
+	return out
 }
 
 // Objects returns the keys of a resource and what the view holds for them.

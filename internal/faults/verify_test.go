@@ -1,0 +1,150 @@
+package faults_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/twmb/franz-go/pkg/kfake"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/cli"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/verify"
+)
+
+// brokers starts an in-process Kafka (kfake) and NATS server with JetStream
+// and returns a config routing ns's ConfigMaps to both.
+func brokers(t *testing.T, ns string) string {
+	t.Helper()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	ns2, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns2.Start()
+	if !ns2.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { ns2.Shutdown(); ns2.WaitForShutdown() })
+	return fmt.Sprintf(`apiVersion: kubewire.io/v1alpha1
+kind: Config
+cluster: faults
+resources:
+  - {version: v1, resource: configmaps, namespaces: [%s], sinks: [kafka, js]}
+sinks:
+  - name: kafka
+    type: kafka
+    kafka:
+      brokers: [%q]
+      topic: "k8s.%s.{resource}"
+      createTopics: {partitions: 3, replicationFactor: 1}
+  - name: js
+    type: nats
+    nats:
+      mode: jetstream
+      servers: [%q]
+      subject: "kw.%s.{namespace}.{name}"
+      jetstream: {stream: {name: KW_%s}}
+`, ns, kc.ListenAddrs()[0], ns, ns2.ClientURL(), ns, strings.ToUpper(strings.ReplaceAll(ns, "-", "_")))
+}
+
+func verifyUntilConverged(t *testing.T, cfg *config.Config, sink string, also ...func(*verify.Report) bool) *verify.Report {
+	t.Helper()
+	var rep *verify.Report
+	apptest.Eventually(t, "sink "+sink+" to converge", func() bool {
+		r, err := verify.Run(context.Background(), verify.Options{Config: cfg, Sink: sink, REST: cluster.RESTConfig(testcluster.AdminUser)})
+		if err != nil {
+			t.Logf("verify %s: %v", sink, err)
+			return false
+		}
+		rep = r
+		for _, cond := range also {
+			if !cond(r) {
+				return false
+			}
+		}
+		return !r.Diverged()
+	})
+	return rep
+}
+
+func TestVerifyFindsKafkaAndJetStreamConvergedAfterChurnAndReportsDivergenceOtherwise(t *testing.T) {
+	ns := namespace(t)
+	yaml := brokers(t, ns)
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
+	stop := make(chan struct{})
+	wg := churn(ns, stop)
+	apptest.Eventually(t, "some churn", func() bool {
+		l, err := kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(l.Items) >= 15
+	})
+	close(stop)
+	wg.Wait()
+	// One delete for certain, so Kafka must carry a tombstone.
+	cms := kube.CoreV1().ConfigMaps(ns)
+	if _, err := cms.Create(context.Background(), configMapNamed("doomed"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cms.Delete(context.Background(), "doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sink := range []string{"kafka", "js"} {
+		rep := verifyUntilConverged(t, cfg, sink)
+		var out bytes.Buffer
+		rep.Print(&out)
+		t.Logf("verify %s:\n%s", sink, out.String())
+		if rep.Events == 0 || len(rep.OrderViolations) != 0 {
+			t.Fatalf("%s: read %d events, %d order violations", sink, rep.Events, len(rep.OrderViolations))
+		}
+	}
+	verifyUntilConverged(t, cfg, "kafka", func(r *verify.Report) bool { return r.Tombstones > 0 })
+
+	// With kubewire stopped, a change it cannot see must show as divergence,
+	// through the CLI with its exit code.
+	k.Shutdown(t)
+	l, err := kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(l.Items) == 0 {
+		t.Fatalf("list: %v (%d items)", err, len(l.Items))
+	}
+	gone := l.Items[0].Name
+	if err := kube.CoreV1().ConfigMaps(ns).Delete(context.Background(), gone, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfgPath, kubeconfig := filepath.Join(dir, "kubewire.yaml"), filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WriteKubeconfig(kubeconfig, testcluster.AdminUser); err != nil {
+		t.Fatal(err)
+	}
+	for _, sink := range []string{"kafka", "js"} {
+		var stdout, stderr bytes.Buffer
+		code := cli.Main([]string{"verify", "--config", cfgPath, "--kubeconfig", kubeconfig, "--sink", sink}, &stdout, &stderr)
+		if code != cli.ExitDiverged || !strings.Contains(stdout.String(), "extra configmaps/"+ns+"/"+gone) {
+			t.Fatalf("%s: exit %d, want %d naming the extra key %s\nstdout:\n%s\nstderr:\n%s", sink, code, cli.ExitDiverged, gone, stdout.String(), stderr.String())
+		}
+	}
+}
+
+func configMapNamed(name string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}

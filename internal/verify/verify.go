@@ -1,0 +1,222 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	"github.com/kubewire/kubewire/sinks/nats"
+)
+
+// Options say what to verify.
+type Options struct {
+	Config *config.Config
+	// Sink names the sink whose topic or stream is read.
+	Sink string
+	REST *rest.Config
+}
+
+// Report is the outcome of one verification.
+type Report struct {
+	Sink string
+	// Events and Tombstones count what was read.
+	Events, Tombstones int
+	Resources          []ResourceReport
+	// OrderViolations lists every resourceVersion that went backwards.
+	OrderViolations []string
+}
+
+// ResourceReport compares one resource's view with the cluster.
+type ResourceReport struct {
+	Name              string
+	InView, InCluster int
+	// Divergent lists missing, extra and stale keys.
+	Divergent []string
+}
+
+// Diverged reports whether any key differs or any order was violated.
+func (r *Report) Diverged() bool {
+	if len(r.OrderViolations) > 0 {
+		return true
+	}
+	for _, rr := range r.Resources {
+		if len(rr.Divergent) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Print writes the divergent keys and a summary table.
+func (r *Report) Print(w io.Writer) {
+	for _, rr := range r.Resources {
+		for _, d := range rr.Divergent {
+			fmt.Fprintf(w, "%s: %s\n", rr.Name, d)
+		}
+	}
+	for _, v := range r.OrderViolations {
+		fmt.Fprintf(w, "order violation: %s\n", v)
+	}
+	fmt.Fprintf(w, "sink %s: read %d events and %d tombstones\n", r.Sink, r.Events, r.Tombstones)
+	fmt.Fprintf(w, "%-40s %8s %8s %10s\n", "RESOURCE", "VIEW", "CLUSTER", "DIVERGENT")
+	for _, rr := range r.Resources {
+		fmt.Fprintf(w, "%-40s %8d %8d %10d\n", rr.Name, rr.InView, rr.InCluster, len(rr.Divergent))
+	}
+	fmt.Fprintf(w, "order violations: %d\n", len(r.OrderViolations))
+}
+
+// Run reads the sink's topic(s) or stream from the beginning, applies the
+// events by the consumer's rule of docs/events.md, and compares the result
+// with the live cluster for every resource routed to the sink.
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	cfg := opt.Config
+	sc, ok := cfg.Sink(opt.Sink)
+	if !ok {
+		return nil, fmt.Errorf("verify: no sink named %q in the config", opt.Sink)
+	}
+	dyn, err := dynamic.NewForConfig(opt.REST)
+	if err != nil {
+		return nil, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(opt.REST)
+	if err != nil {
+		return nil, err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+
+	type target struct {
+		cfg config.Resource
+		res *informer.Resource
+	}
+	var targets []target
+	for _, rc := range cfg.Resources {
+		if !slices.Contains(rc.Sinks, sc.Name) {
+			continue
+		}
+		gvr := rc.GVR()
+		gvk, err := mapper.KindFor(gvr)
+		if err != nil {
+			return nil, fmt.Errorf("verify: resolve %s: %w", gvr, err)
+		}
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return nil, fmt.Errorf("verify: resolve %s: %w", gvr, err)
+		}
+		namespaced := m.Scope.Name() == meta.RESTScopeNameNamespace
+		targets = append(targets, target{rc, informer.NewResource(cfg.Cluster, gvr, gvk.Kind, namespaced)})
+	}
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("verify: no resource is routed to sink %q", sc.Name)
+	}
+
+	rep := &Report{Sink: sc.Name}
+	var view *View
+	switch sc.Type {
+	case config.SinkTypeKafka:
+		view, err = readKafka(ctx, cfg, sc, rep)
+	case config.SinkTypeNATS:
+		view = NewView()
+		err = nats.ReadStream(ctx, *sc, func(ev *event.Event) error {
+			rep.Events++
+			view.Apply(ev)
+			return nil
+		})
+	default:
+		return nil, fmt.Errorf("verify: a %s sink keeps nothing to read back", sc.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("verify: reading sink %s: %w", sc.Name, err)
+	}
+	rep.OrderViolations = view.Problems
+
+	for _, t := range targets {
+		truth, err := listTruth(ctx, dyn, t.cfg, t.res)
+		if err != nil {
+			return nil, err
+		}
+		rep.Resources = append(rep.Resources, ResourceReport{
+			Name:      t.res.KeyPrefix,
+			InView:    len(view.Objects(t.res.KeyPrefix)),
+			InCluster: len(truth),
+			Divergent: view.Diff(t.res.KeyPrefix, truth),
+		})
+	}
+	sort.Slice(rep.Resources, func(i, j int) bool { return rep.Resources[i].Name < rep.Resources[j].Name })
+	return rep, nil
+}
+
+func readKafka(ctx context.Context, cfg *config.Config, sc *config.Sink, rep *Report) (*View, error) {
+	k := sc.Kafka.Defaulted()
+	topics := map[string]bool{}
+	for _, rc := range cfg.Resources {
+		if slices.Contains(rc.Sinks, sc.Name) {
+			topics[config.KafkaTopic(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)] = true
+		}
+	}
+	var views []*View
+	for topic := range topics {
+		parts := map[int]*View{}
+		err := kafka.ReadTopic(ctx, *sc, topic, func(r kafka.Record) error {
+			v := parts[r.Partition]
+			if v == nil {
+				v = NewView()
+				parts[r.Partition] = v
+			}
+			if r.Event == nil {
+				rep.Tombstones++
+				v.Delete(r.Key)
+				return nil
+			}
+			rep.Events++
+			v.Apply(r.Event)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range parts {
+			views = append(views, v)
+		}
+	}
+	return Merge(views...), nil
+}
+
+// listTruth lists what kubewire is configured to stream of one resource:
+// same namespaces and selectors, keyed like the events.
+func listTruth(ctx context.Context, dyn dynamic.Interface, rc config.Resource, res *informer.Resource) (map[string]string, error) {
+	ns := metav1.NamespaceAll
+	if res.Namespaced && len(rc.Namespaces) == 1 {
+		ns = rc.Namespaces[0]
+	}
+	truth := map[string]string{}
+	opts := metav1.ListOptions{LabelSelector: rc.LabelSelector, FieldSelector: rc.FieldSelector, Limit: 500}
+	for {
+		l, err := dyn.Resource(res.GVR).Namespace(ns).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("verify: list %s: %w", res.KeyPrefix, err)
+		}
+		for _, u := range l.Items {
+			if res.Namespaced && len(rc.Namespaces) > 1 && !slices.Contains(rc.Namespaces, u.GetNamespace()) {
+				continue
+			}
+			truth[res.ObjectKey(u.GetNamespace(), u.GetName())] = u.GetResourceVersion()
+		}
+		if opts.Continue = l.GetContinue(); opts.Continue == "" {
+			return truth, nil
+		}
+	}
+}
