@@ -51,7 +51,8 @@ type Options struct {
 	// BatchSize is the most events handed to one Sink.Write (default 100).
 	BatchSize int
 	// RetryInitial and RetryMax bound the exponential backoff between
-	// attempts (defaults 100ms and 30s). Jitter is added on top.
+	// attempts (defaults 100ms and 5s). Jitter is added on top. The cap is
+	// short so a broker that comes back is used again within seconds.
 	RetryInitial, RetryMax time.Duration
 	Logger                 *slog.Logger
 }
@@ -70,7 +71,7 @@ func (o *Options) defaults() {
 		o.RetryInitial = 100 * time.Millisecond
 	}
 	if o.RetryMax <= 0 {
-		o.RetryMax = 30 * time.Second
+		o.RetryMax = 5 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -49,7 +49,9 @@ func runMain(m *testing.M) int {
 	defer c.Stop()
 	cluster = c
 	kube = kubernetes.NewForConfigOrDie(c.RESTConfig(testcluster.AdminUser))
-	return m.Run()
+	code := m.Run()
+	printResults()
+	return code
 }
 
 func namespace(t *testing.T) string {
@@ -119,8 +121,8 @@ func converge(t *testing.T, ns string, streams ...func() []event.Event) *verify.
 
 // churn creates, updates and deletes ConfigMaps in ns until stop is closed.
 // Errors while the apiserver is away are expected and skipped.
-func churn(ns string, stop <-chan struct{}) *sync.WaitGroup {
-	var wg sync.WaitGroup
+func churn(ns string, stop <-chan struct{}) *churner {
+	wg := &churner{}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -137,20 +139,60 @@ func churn(ns string, stop <-chan struct{}) *sync.WaitGroup {
 			name := fmt.Sprintf("cm-%d", i%20)
 			switch i % 3 {
 			case 0:
-				_, _ = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
+				_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
+				wg.ok(err)
 			case 1:
 				if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil {
 					cm.Data = map[string]string{"i": fmt.Sprint(i)}
-					_, _ = cms.Update(ctx, cm, metav1.UpdateOptions{})
+					_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+					wg.ok(err)
 				}
 			case 2:
 				if i%6 == 2 {
-					_ = cms.Delete(ctx, fmt.Sprintf("cm-%d", (i+7)%20), metav1.DeleteOptions{})
+					wg.ok(cms.Delete(ctx, fmt.Sprintf("cm-%d", (i+7)%20), metav1.DeleteOptions{}))
 				}
 			}
 		}
 	}()
-	return &wg
+	return wg
+}
+
+// churner is a running churn: Wait for it after closing stop; Changes is
+// how many writes the apiserver accepted.
+type churner struct {
+	sync.WaitGroup
+	changes atomic.Int64
+}
+
+func (c *churner) ok(err error) {
+	if err == nil {
+		c.changes.Add(1)
+	}
+}
+
+// results collects one row per fault for the summary table printed after
+// the tests (and copied into docs/reliability.md).
+var results struct {
+	sync.Mutex
+	rows [][5]string
+}
+
+func record(fault string, changes int64, events, duplicates, divergent int) {
+	results.Lock()
+	defer results.Unlock()
+	results.rows = append(results.rows, [5]string{fault, fmt.Sprint(changes), fmt.Sprint(events), fmt.Sprint(duplicates), fmt.Sprint(divergent)})
+}
+
+func printResults() {
+	results.Lock()
+	defer results.Unlock()
+	if len(results.rows) == 0 {
+		return
+	}
+	fmt.Printf("\n%-58s %8s %9s %10s %9s\n", "FAULT", "CHANGES", "DELIVERED", "DUPLICATES", "DIVERGENT")
+	for _, r := range results.rows {
+		fmt.Printf("%-58s %8s %9s %10s %9s\n", r[0], r[1], r[2], r[3], r[4])
+	}
 }
 
 func TestTheConsumerConvergesAcrossAnAPIServerRestartMidStream(t *testing.T) {
@@ -167,7 +209,8 @@ func TestTheConsumerConvergesAcrossAnAPIServerRestartMidStream(t *testing.T) {
 	apptest.Eventually(t, "live events after the restart", func() bool { return len(k.Events(t)) > n+30 })
 	close(stop)
 	wg.Wait()
-	converge(t, ns, func() []event.Event { return k.Events(t) })
+	v := converge(t, ns, func() []event.Event { return k.Events(t) })
+	record("kube-apiserver restarted mid-stream (stdout)", wg.changes.Load(), v.Events, v.Duplicates, 0)
 }
 
 func TestARelistAfterCompactionEmitsTheLostDeletesMarkedAndConverges(t *testing.T) {
@@ -211,7 +254,8 @@ func TestARelistAfterCompactionEmitsTheLostDeletesMarkedAndConverges(t *testing.
 	}
 	proxy.Resume()
 
-	converge(t, ns, func() []event.Event { return k.Events(t) })
+	v := converge(t, ns, func() []event.Event { return k.Events(t) })
+	record("watch cut, history compacted, relist (stdout)", 16, v.Events, v.Duplicates, 0)
 	marked := 0
 	for _, ev := range k.Events(t) {
 		if ev.Type() == encoding.TypeDeleted {
@@ -266,7 +310,8 @@ func TestKubewireKilledWithSIGKILLConvergesAfterARestartIncludingDeletesMadeWhil
 	}
 
 	_, stream2 := run("second.jsonl")
-	converge(t, ns, stream1, stream2)
+	v := converge(t, ns, stream1, stream2)
+	record("kubewire SIGKILLed, deletes while down, restarted (stdout)", wg.changes.Load()+int64(deleted)+1, v.Events, v.Duplicates, 0)
 }
 
 var (

@@ -70,7 +70,8 @@ func TestWhenTheLeaderIsKilledTheStandbyTakesOverWithASnapshotAndTheConsumerConv
 	wg.Wait()
 	// The old leader's stream followed by the new one's: versions must never
 	// go backwards and the result must equal the cluster.
-	converge(t, ns, leader.stream, standby.stream)
+	v := converge(t, ns, leader.stream, standby.stream)
+	record("leader SIGKILLed, standby takes over (stdout)", wg.changes.Load(), v.Events, v.Duplicates, 0)
 }
 
 func TestALeaderStoppedWithSIGTERMReleasesTheLeaseSoTheStandbyTakesOverAtOnce(t *testing.T) {

@@ -65,21 +65,30 @@ sinks:
 func verifyUntilConverged(t *testing.T, cfg *config.Config, sink string, also ...func(*verify.Report) bool) *verify.Report {
 	t.Helper()
 	var rep *verify.Report
-	apptest.Eventually(t, "sink "+sink+" to converge", func() bool {
+	var lastErr error
+	deadline := time.Now().Add(90 * time.Second)
+	for {
 		r, err := verify.Run(context.Background(), verify.Options{Config: cfg, Sink: sink, REST: cluster.RESTConfig(testcluster.AdminUser)})
-		if err != nil {
-			t.Logf("verify %s: %v", sink, err)
-			return false
-		}
-		rep = r
-		for _, cond := range also {
-			if !cond(r) {
-				return false
+		if err == nil {
+			rep = r
+			ok := !r.Diverged()
+			for _, cond := range also {
+				ok = ok && cond(r)
+			}
+			if ok {
+				return rep
 			}
 		}
-		return !r.Diverged()
-	})
-	return rep
+		lastErr = err
+		if time.Now().After(deadline) {
+			var out bytes.Buffer
+			if rep != nil {
+				rep.Print(&out)
+			}
+			t.Fatalf("sink %s did not converge within 90s (last error %v); last report:\n%s", sink, lastErr, out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func TestVerifyFindsKafkaAndJetStreamConvergedAfterChurnAndReportsDivergenceOtherwise(t *testing.T) {
@@ -111,6 +120,7 @@ func TestVerifyFindsKafkaAndJetStreamConvergedAfterChurnAndReportsDivergenceOthe
 		var out bytes.Buffer
 		rep.Print(&out)
 		t.Logf("verify %s:\n%s", sink, out.String())
+		record("no fault, churn ("+sink+", kfake/embedded)", wg.changes.Load(), rep.Events, rep.Duplicates, 0)
 		if rep.Events == 0 || len(rep.OrderViolations) != 0 {
 			t.Fatalf("%s: read %d events, %d order violations", sink, rep.Events, len(rep.OrderViolations))
 		}

@@ -33,8 +33,9 @@ type Options struct {
 // Report is the outcome of one verification.
 type Report struct {
 	Sink string
-	// Events and Tombstones count what was read.
-	Events, Tombstones int
+	// Events and Tombstones count what was read; Duplicates counts object
+	// events whose id had been read before.
+	Events, Tombstones, Duplicates int
 	Resources          []ResourceReport
 	// OrderViolations lists every resourceVersion that went backwards.
 	OrderViolations []string
@@ -71,7 +72,7 @@ func (r *Report) Print(w io.Writer) {
 	for _, v := range r.OrderViolations {
 		fmt.Fprintf(w, "order violation: %s\n", v)
 	}
-	fmt.Fprintf(w, "sink %s: read %d events and %d tombstones\n", r.Sink, r.Events, r.Tombstones)
+	fmt.Fprintf(w, "sink %s: read %d events (%d duplicates) and %d tombstones\n", r.Sink, r.Events, r.Duplicates, r.Tombstones)
 	fmt.Fprintf(w, "%-40s %8s %8s %10s\n", "RESOURCE", "VIEW", "CLUSTER", "DIVERGENT")
 	for _, rr := range r.Resources {
 		fmt.Fprintf(w, "%-40s %8d %8d %10d\n", rr.Name, rr.InView, rr.InCluster, len(rr.Divergent))
@@ -142,6 +143,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		return nil, fmt.Errorf("verify: reading sink %s: %w", sc.Name, err)
 	}
 	rep.OrderViolations = view.Problems
+	rep.Duplicates = view.Duplicates
 
 	for _, t := range targets {
 		truth, err := listTruth(ctx, dyn, t.cfg, t.res)

@@ -32,6 +32,10 @@ type View struct {
 	// Problems collects per-key order violations seen while applying: a
 	// resourceVersion going backwards.
 	Problems []string
+	// Events counts the object events applied; Duplicates those whose id
+	// had been applied before (a retry or redelivery).
+	Events, Duplicates int
+	seen               map[string]struct{}
 	// Unmatched counts completed markers whose started marker was not seen,
 	// which is normal on a compacted topic; their snapshot rule is skipped.
 	Unmatched int
@@ -44,7 +48,7 @@ type window struct {
 
 // NewView returns an empty view.
 func NewView() *View {
-	return &View{objects: map[string]map[string]Object{}, open: map[string]*window{}}
+	return &View{objects: map[string]map[string]Object{}, open: map[string]*window{}, seen: map[string]struct{}{}}
 }
 
 // resourceOf returns the resource prefix of a partition key.
@@ -82,6 +86,11 @@ func (v *View) Apply(ev *event.Event) {
 		}
 		return
 	}
+	v.Events++
+	if _, dup := v.seen[ev.ID()]; dup {
+		v.Duplicates++
+	}
+	v.seen[ev.ID()] = struct{}{}
 	res := resourceOf(key)
 	for _, w := range v.open {
 		if w.resource == res {
@@ -136,6 +145,8 @@ func Merge(vs ...*View) *View {
 		}
 		out.Problems = append(out.Problems, v.Problems...)
 		out.Unmatched += v.Unmatched
+		out.Events += v.Events
+		out.Duplicates += v.Duplicates
 	}
 	return out
 }

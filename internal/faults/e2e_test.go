@@ -1,0 +1,192 @@
+//go:build e2e
+
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/kafkatest"
+	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/natstest"
+	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	"github.com/kubewire/kubewire/sinks/nats"
+)
+
+// realBrokers routes ns's ConfigMaps to real Apache Kafka, a nats-server
+// process with JetStream, and stdout, with a small buffer so an outage
+// overflows into conflation.
+func realBrokers(t *testing.T, ns string, buffer int) (string, *kafkatest.Broker, *natstest.Server) {
+	t.Helper()
+	kb := kafkatest.Start(t, nil)
+	nsrv := natstest.Start(t)
+	stream := "KW_" + strings.ToUpper(strings.ReplaceAll(ns, "-", "_"))
+	return fmt.Sprintf(`apiVersion: kubewire.io/v1alpha1
+kind: Config
+cluster: faults
+dispatch: {bufferEvents: %d, drainTimeout: 60s}
+resources:
+  - {version: v1, resource: configmaps, namespaces: [%s], sinks: [kafka, js, out]}
+sinks:
+  - name: out
+    type: stdout
+  - name: kafka
+    type: kafka
+    kafka:
+      brokers: [%q]
+      topic: "k8s.%s.{resource}"
+      createTopics: {partitions: 3, replicationFactor: 1}
+  - name: js
+    type: nats
+    nats:
+      mode: jetstream
+      servers: [%q]
+      subject: "kw.%s.{namespace}.{name}"
+      jetstream: {stream: {name: %s}}
+`, buffer, ns, kb.Addr, ns, nsrv.URL(), ns, stream), kb, nsrv
+}
+
+func heap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+func TestE2EBrokersKilledForThirtySecondsOverflowIntoConflationAndStillConverge(t *testing.T) {
+	ns := namespace(t)
+	const buffer = 40
+	yaml, kb, nsrv := realBrokers(t, ns, buffer)
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
+	stop := make(chan struct{})
+	wg := churn(ns, stop)
+	apptest.Eventually(t, "events on every sink", func() bool { return k.App.Ready() && len(k.Events(t)) > 40 })
+
+	conflatedBefore := testutil.ToFloat64(metrics.EventsConflated.WithLabelValues("kafka"))
+	kb.Kill()
+	nsrv.Kill()
+	apptest.Eventually(t, "readiness to drop while the brokers are down", func() bool { return !k.App.Ready() })
+
+	// The outage lasts 30 s of churn. Memory is sampled after 10 s and at
+	// the end: the buffer is bounded, so the heap must not keep growing.
+	outage := time.After(30 * time.Second)
+	early := time.After(10 * time.Second)
+	var heapEarly, heapLate uint64
+	stdoutDuring := len(k.Events(t))
+wait:
+	for {
+		select {
+		case <-early:
+			heapEarly = heap()
+		case <-outage:
+			heapLate = heap()
+			break wait
+		}
+	}
+	if got := len(k.Events(t)); got <= stdoutDuring {
+		t.Errorf("the stdout sink stopped flowing while the brokers were down (%d events before, %d after)", stdoutDuring, got)
+	}
+	queued := testutil.ToFloat64(metrics.BufferEvents.WithLabelValues("kafka"))
+	t.Logf("after 30 s down: kafka buffer %v events, heap %d KB at 10 s and %d KB at 30 s", queued, heapEarly>>10, heapLate>>10)
+	if queued > buffer+20+16*100 {
+		t.Errorf("kafka buffer holds %v events; want about one per object (limit %d + 20 objects + in-flight batches)", queued, buffer)
+	}
+	if heapLate > heapEarly+32<<20 {
+		t.Errorf("heap grew from %d KB to %d KB during the outage", heapEarly>>10, heapLate>>10)
+	}
+	if testutil.ToFloat64(metrics.EventsConflated.WithLabelValues("kafka")) <= conflatedBefore {
+		t.Error("the outage did not overflow into conflation")
+	}
+
+	kb.Restart(t)
+	nsrv.Begin()
+	apptest.Eventually(t, "readiness after the brokers return", func() bool { return k.App.Ready() })
+	close(stop)
+	wg.Wait()
+	for _, sink := range []string{"kafka", "js"} {
+		rep := verifyUntilConverged(t, cfg, sink)
+		if len(rep.OrderViolations) != 0 {
+			t.Fatalf("%s: order violations %v", sink, rep.OrderViolations)
+		}
+		record("broker SIGKILLed 30 s, buffer conflating ("+sink+")", wg.changes.Load(), rep.Events, rep.Duplicates, 0)
+	}
+}
+
+func TestE2EGracefulShutdownUnderLoadDeliversEverythingItObserved(t *testing.T) {
+	ns := namespace(t)
+	yaml, _, _ := realBrokers(t, ns, 10000)
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
+	stop := make(chan struct{})
+	wg := churn(ns, stop)
+	apptest.Eventually(t, "load", func() bool { return len(k.Events(t)) > 200 })
+	k.Shutdown(t) // what SIGTERM does: stop the informers, drain
+	close(stop)
+	wg.Wait()
+	if k.Undelivered != 0 {
+		t.Fatalf("shutdown left %d events undelivered", k.Undelivered)
+	}
+	// Everything the stdout sink saw must be in Kafka and JetStream too.
+	want := map[string]bool{}
+	for _, ev := range k.Events(t) {
+		if strings.HasPrefix(ev.Type(), "io.kubewire.object.") {
+			want[ev.ID()] = true
+		}
+	}
+	for _, sink := range []string{"kafka", "js"} {
+		got := map[string]bool{}
+		read(t, cfg, sink, func(ev *event.Event) { got[ev.ID()] = true })
+		missing := 0
+		for id := range want {
+			if !got[id] {
+				missing++
+			}
+		}
+		if missing > 0 {
+			t.Errorf("%s lacks %d of the %d events observed before shutdown", sink, missing, len(want))
+		}
+		record("graceful shutdown under load ("+sink+")", wg.changes.Load(), len(got), 0, missing)
+	}
+}
+
+// read calls fn for every event in a sink's topic or stream.
+func read(t *testing.T, cfg *config.Config, sink string, fn func(*event.Event)) {
+	t.Helper()
+	sc, _ := cfg.Sink(sink)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var err error
+	switch sc.Type {
+	case config.SinkTypeKafka:
+		k := sc.Kafka.Defaulted()
+		topic := config.KafkaTopic(k.Topic, cfg.Cluster, "", "v1", "configmaps")
+		err = kafka.ReadTopic(ctx, *sc, topic, func(r kafka.Record) error {
+			if r.Event != nil {
+				fn(r.Event)
+			}
+			return nil
+		})
+	case config.SinkTypeNATS:
+		err = nats.ReadStream(ctx, *sc, func(ev *event.Event) error { fn(ev); return nil })
+	}
+	if err != nil {
+		t.Fatalf("read %s: %v", sink, err)
+	}
+}
