@@ -111,7 +111,8 @@ func Event(c *informer.Change) (*event.Event, error) {
 		if c.FinalStateUnknown {
 			ev.SetExtension(ExtFinalStateUnknown, strconv.FormatBool(true))
 		}
-		data, err = json.Marshal(o.Object)
+		setChangedBy(&ev, c)
+		data, err = objectData(c)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("encoding: marshal data of %s: %w", c.Key, err)

@@ -39,6 +39,9 @@ type Resource struct {
 	// otherwise. Object keys are "<prefix>/<namespace>/<name>" or
 	// "<prefix>/<name>"; snapshot markers use the prefix alone.
 	KeyPrefix string
+	// Payload is the configured payload mode (shape.PayloadFull, ...); ""
+	// means full.
+	Payload string
 }
 
 // APIVersion is the apiVersion of the resource's objects ("v1", "apps/v1").

@@ -64,6 +64,7 @@ type Watcher struct {
 	log  *slog.Logger
 
 	res      *Resource
+	shape    *shaper
 	informer cache.SharedIndexInformer
 	synced   atomic.Bool
 
@@ -111,12 +112,18 @@ func (w *Watcher) HasSynced() bool { return w.synced.Load() }
 // fatal: a missing resource or permission is logged, counted and retried, so
 // the other resources keep streaming.
 func (w *Watcher) Run(ctx context.Context) error {
+	shp, err := newShaper(w.cfg, w.name, w.log)
+	if err != nil {
+		return fmt.Errorf("shaping for %s: %w", w.name, err)
+	}
+	w.shape = shp
 	if !w.retry(ctx, w.resolve) {
 		return nil
 	}
 	if !w.retry(ctx, w.checkAccess) {
 		return nil
 	}
+	w.res.Payload = w.cfg.Payload
 	w.informer = w.newInformer()
 
 	snap := w.cfg.Emits(config.OpSynced)
@@ -182,7 +189,7 @@ func (w *Watcher) Snapshot() {
 	for _, key := range store.ListKeys() {
 		w.emitMu.Lock()
 		obj, ok, _ := store.GetByKey(key)
-		if u, isU := obj.(*unstructured.Unstructured); ok && isU {
+		if u, isU := obj.(*unstructured.Unstructured); ok && isU && w.shape.keep(OpSynced, u, nil) {
 			w.opt.Out.Enqueue(w.change(OpSynced, u, now, id))
 			n++
 		}
@@ -204,7 +211,7 @@ func (w *Watcher) change(op Op, u *unstructured.Unstructured, now time.Time, sna
 	return &Change{
 		Op:         op,
 		Resource:   w.res,
-		Key:        w.res.ObjectKey(u.GetNamespace(), u.GetName()),
+		Key:        w.shape.key(w.res, u),
 		Object:     u,
 		SnapshotID: snapshotID,
 		Observed:   now,
@@ -223,11 +230,14 @@ func (w *Watcher) onAdd(obj any, initial bool) {
 		return
 	}
 	if initial && w.initialID != "" {
+		if !w.shape.keep(OpSynced, u, nil) {
+			return
+		}
 		w.initialCount.Add(1)
 		w.emit(w.change(OpSynced, u, time.Now(), w.initialID))
 		return
 	}
-	if initial || !w.cfg.Emits(config.OpAdded) {
+	if initial || !w.cfg.Emits(config.OpAdded) || !w.shape.keep(OpAdded, u, nil) {
 		return
 	}
 	w.emit(w.change(OpAdded, u, time.Now(), ""))
@@ -238,7 +248,8 @@ func (w *Watcher) onUpdate(oldObj, newObj any) {
 	n, ok2 := newObj.(*unstructured.Unstructured)
 	// An unchanged resourceVersion is a relist or resync re-delivering what
 	// was already emitted, not a change.
-	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() || !w.cfg.Emits(config.OpUpdated) {
+	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() || !w.cfg.Emits(config.OpUpdated) ||
+		!w.shape.keep(OpUpdated, n, o) {
 		return
 	}
 	c := w.change(OpUpdated, n, time.Now(), "")
@@ -252,7 +263,7 @@ func (w *Watcher) onDelete(obj any) {
 		obj, unknown = d.Obj, true
 	}
 	u, ok := obj.(*unstructured.Unstructured)
-	if !ok || !w.cfg.Emits(config.OpDeleted) {
+	if !ok || !w.cfg.Emits(config.OpDeleted) || !w.shape.keep(OpDeleted, u, nil) {
 		return
 	}
 	c := w.change(OpDeleted, u, time.Now(), "")
@@ -421,10 +432,11 @@ func (w *Watcher) newInformer() cache.SharedIndexInformer {
 		&unstructured.Unstructured{},
 		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()},
 	)
-	if !w.cfg.KeepManagedFields {
-		// The transform runs on freshly decoded objects before they are
-		// cached, so stripping here saves the memory, not just the bytes.
-		_ = inf.SetTransform(stripManagedFields)
+	// The transform runs on freshly decoded objects before they are cached,
+	// so stripping managedFields saves the memory, not just the bytes, and
+	// redacted values never sit in the cache at all.
+	if t := w.shape.transformFunc(); t != nil {
+		_ = inf.SetTransform(t)
 	}
 	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
 	return inf

@@ -49,7 +49,7 @@ func (s *shard) push(it *Item, full bool) bool {
 	key := it.Change.Key
 	s.mu.Lock()
 	if full {
-		if p := s.pending[key]; p != nil && p.epoch == s.epoch && p.item.Change.Op != informer.OpDeleted {
+		if p := s.pending[key]; p != nil && p.epoch == s.epoch && p.item.Change.Op != informer.OpDeleted && sameObject(p.item.Change, it.Change) {
 			p.item = it
 			p.conflated++
 			s.mu.Unlock()
@@ -139,4 +139,11 @@ func (s *shard) pop() {
 		clear(s.q[n:])
 		s.q, s.head = s.q[:n], 0
 	}
+}
+
+// sameObject reports whether two changes of one key describe one object.
+// They may not: with keyBy involvedObject every Event about a Pod shares
+// the Pod's key, and folding one Event into another would lose the first.
+func sameObject(a, b *informer.Change) bool {
+	return a.Object != nil && b.Object != nil && a.Object.GetUID() == b.Object.GetUID()
 }

@@ -65,6 +65,9 @@ func New(opt Options) (*App, error) {
 		opt.Registry = DefaultRegistry()
 	}
 	cfg := opt.Config
+	for _, w := range cfg.Warnings() {
+		opt.Logger.Warn("risky configuration", "warning", w)
+	}
 	rc := rest.CopyConfig(opt.REST)
 	rc.QPS = cfg.Client.QPS
 	rc.Burst = cfg.Client.Burst

@@ -142,6 +142,9 @@ func newValidate(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			for _, w := range cfg.Warnings() {
+				fmt.Fprintf(stdout, "%s: warning: %s\n", path, w)
+			}
 			fmt.Fprintf(stdout, "%s: valid (%d resources, %d sinks)\n", path, len(cfg.Resources), len(cfg.Sinks))
 			return nil
 		},

@@ -116,6 +116,25 @@ type Resource struct {
 	// KeepManagedFields keeps metadata.managedFields on cached objects.
 	// Default false: they are stripped before caching.
 	KeepManagedFields bool `json:"keepManagedFields,omitempty"`
+	// Filter is a CEL expression over object, oldObject and type; only
+	// events for which it yields true are emitted. See shape.go.
+	Filter string `json:"filter,omitempty"`
+	// Updates chooses which updates are emitted: "changed" (default: not
+	// the no-op ones), "all" or "generationChanged".
+	Updates string `json:"updates,omitempty"`
+	// IgnorePaths lists fields whose changes alone do not make an update
+	// worth emitting (with updates "changed").
+	IgnorePaths []string `json:"ignorePaths,omitempty"`
+	// Redact lists fields to digest or remove before objects are cached.
+	Redact []RedactRule `json:"redact,omitempty"`
+	// AllowSecretData turns off the default redaction of core/v1 Secrets.
+	AllowSecretData bool `json:"allowSecretData,omitempty"`
+	// Payload is what object events carry as data: "full" (default),
+	// "reference" or "diff".
+	Payload string `json:"payload,omitempty"`
+	// KeyBy is the partition key of object events: "object" (default) or,
+	// for Events, "involvedObject".
+	KeyBy string `json:"keyBy,omitempty"`
 	// Sinks names the sinks that receive this resource's events.
 	Sinks []string `json:"sinks"`
 }

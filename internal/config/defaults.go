@@ -64,6 +64,7 @@ func applyDefaults(c *Config, given map[string]bool) {
 		if r.SnapshotInterval.unset() {
 			r.SnapshotInterval.Duration = DefaultSnapshotInterval
 		}
+		applyShapeDefaults(r)
 	}
 
 	for i := range c.Sinks {

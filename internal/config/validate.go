@@ -44,6 +44,7 @@ func validate(c *Config) field.ErrorList {
 	errs = append(errs, validateResources(field.NewPath("resources"), c.Resources, sinkNames)...)
 	errs = append(errs, sinkErrs...)
 	errs = append(errs, validateKafkaTopics(c)...)
+	errs = append(errs, validateKeyByTombstones(c)...)
 	return errs
 }
 
@@ -252,6 +253,8 @@ func validateResource(p *field.Path, r *Resource, sinkNames []string) field.Erro
 		errs = append(errs, field.Forbidden(sp,
 			"periodic snapshots are sent as synced events, which operations leaves out; add \"synced\" to operations or remove snapshotInterval"))
 	}
+
+	errs = append(errs, validateShape(p, r)...)
 
 	kp := p.Child("sinks")
 	if len(r.Sinks) == 0 {
