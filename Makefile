@@ -2,9 +2,10 @@
 GO        ?= go
 TESTFLAGS ?= -race -shuffle=on -count=1
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE     ?= ghcr.io/kubewire/kubewire:$(VERSION)
 LDFLAGS   := -X github.com/kubewire/kubewire/internal/version.Version=$(VERSION)
 
-.PHONY: all build test e2e bench lint demo testbin clean
+.PHONY: all build test e2e bench lint demo testbin manifests image clean
 
 all: build
 
@@ -37,6 +38,14 @@ lint:
 ## demo: start a local cluster and stream its changes to this terminal
 demo: testbin
 	@$(GO) run ./internal/demo
+
+## manifests: regenerate deploy/kubewire.yaml from charts/kubewire (a test checks they agree)
+manifests:
+	$(GO) run ./internal/packaging/cmd/manifests
+
+## image: build the container image (needs a container engine; TestTheImageBinaryIsStatic covers the build here)
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 clean:
 	rm -rf bin bench.out

@@ -1,0 +1,126 @@
+{{/*
+The chart name, cut to 63 characters because some Kubernetes name fields
+(and label values) are limited to that by the DNS-1123 label rules.
+*/}}
+{{- define "kubewire.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name. A release already called "kubewire..." is not
+repeated ("kubewire-kubewire") so that names stay readable.
+*/}}
+{{- define "kubewire.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kubewire.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kubewire.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubewire.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kubewire.labels" -}}
+helm.sh/chart: {{ include "kubewire.chart" . }}
+{{ include "kubewire.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "kubewire.imageTag" . | trunc 63 | quote }}
+app.kubernetes.io/component: streamer
+app.kubernetes.io/part-of: kubewire
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kubewire.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kubewire.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kubewire.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag }}
+{{- end }}
+
+{{- define "kubewire.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (include "kubewire.imageTag" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether leader election runs: asked for, or implied by more than one replica,
+because two replicas publishing at once would send every event twice.
+Returns "true" or "".
+*/}}
+{{- define "kubewire.leaderElect" -}}
+{{- if or .Values.leaderElection.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- end }}
+
+{{- define "kubewire.leaderElectionID" -}}
+{{- default (include "kubewire.fullname" .) .Values.leaderElection.id }}
+{{- end }}
+
+{{/*
+The name of the ClusterRole and its binding. Cluster-scoped names are shared
+by every namespace, so the release namespace is part of it: the same release
+name installed in two namespaces must not overwrite one grant with the other.
+*/}}
+{{- define "kubewire.clusterRoleName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "kubewire.fullname" .) }}
+{{- end }}
+
+{{/*
+How kubewire reads each configured resource decides which grant it needs
+(docs/configuration.md, "Namespaces and LIST calls"):
+  - no namespaces (or an empty list): one cluster-wide LIST/WATCH;
+  - exactly one namespace: a LIST/WATCH in that namespace, so a Role there
+    suffices;
+  - several namespaces: one cluster-wide LIST/WATCH filtered before the
+    cache, which needs cluster-wide permission even though only the listed
+    namespaces are kept.
+This returns that split as YAML:
+  cluster: [{group, resource}...]
+  namespaces: {ns: [{group, resource}...]}
+*/}}
+{{- define "kubewire.rbacPlan" -}}
+{{- $cluster := list }}
+{{- $byNamespace := dict }}
+{{- range $i, $r := .Values.config.resources }}
+{{- $rule := dict "group" (default "" $r.group) "resource" $r.resource }}
+{{- $nss := default (list) $r.namespaces }}
+{{- if eq (len $nss) 1 }}
+{{- $ns := first $nss }}
+{{- $_ := set $byNamespace $ns (append (get $byNamespace $ns | default (list)) $rule) }}
+{{- else }}
+{{- $cluster = append $cluster $rule }}
+{{- end }}
+{{- end }}
+{{- dict "cluster" $cluster "namespaces" $byNamespace | toYaml }}
+{{- end }}
+
+{{/*
+One read-only rule per configured resource. get is included with list and
+watch so that the grant reads as "may read this resource", the usual shape
+for a watcher; kubewire never writes to what it watches.
+*/}}
+{{- define "kubewire.readRules" -}}
+{{- range . }}
+- apiGroups: [{{ .group | quote }}]
+  resources: [{{ .resource | quote }}]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- end }}

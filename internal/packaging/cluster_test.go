@@ -1,0 +1,411 @@
+package packaging_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/leader"
+	"github.com/kubewire/kubewire/internal/packaging"
+	"github.com/kubewire/kubewire/internal/testcluster"
+)
+
+// warnings collects the API server's warnings (Pod Security among them).
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, msg)
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.msgs
+	w.msgs = nil
+	return m
+}
+
+// applier creates rendered objects through the dynamic client, mapping each
+// kind to its resource with the API server's own discovery.
+type applier struct {
+	dyn    dynamic.Interface
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+	warn   *warnings
+}
+
+func newApplier(t *testing.T) *applier {
+	t.Helper()
+	rc := rest.CopyConfig(testCluster(t).RESTConfig(testcluster.AdminUser))
+	w := &warnings{}
+	rc.WarningHandlerWithContext = w
+	kube := kubernetes.NewForConfigOrDie(rc)
+	return &applier{
+		dyn:    dynamic.NewForConfigOrDie(rc),
+		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
+		warn:   w,
+	}
+}
+
+// create creates obj, or with dryRun only asks the API server to admit it:
+// validation (strict, so an unknown field is an error), defaulting and
+// admission all run, and nothing is stored.
+func (a *applier) create(ctx context.Context, obj *unstructured.Unstructured, dryRun bool) error {
+	gvk := obj.GroupVersionKind()
+	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("%s: %w", gvk, err)
+	}
+	opts := metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
+	if ns := obj.GetNamespace(); ns != "" {
+		ri = a.dyn.Resource(m.Resource).Namespace(ns)
+	}
+	_, err = ri.Create(ctx, obj, opts)
+	return err
+}
+
+var serviceMonitorCRD sync.Once
+
+// installServiceMonitorCRD serves monitoring.coreos.com/v1 ServiceMonitors,
+// as the Prometheus Operator would, so the optional ServiceMonitor is
+// admitted like every other object. Its schema is open: what is checked
+// here is that the API server accepts the object, not the operator's rules.
+func installServiceMonitorCRD(t *testing.T, a *applier) {
+	t.Helper()
+	serviceMonitorCRD.Do(func() {
+		ctx := context.Background()
+		crds := apiextensionsclient.NewForConfigOrDie(testCluster(t).RESTConfig(testcluster.AdminUser))
+		preserve := true
+		crd := &apiextensionsv1.CustomResourceDefinition{
+			ObjectMeta: metav1.ObjectMeta{Name: "servicemonitors.monitoring.coreos.com"},
+			Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+				Group: "monitoring.coreos.com",
+				Names: apiextensionsv1.CustomResourceDefinitionNames{
+					Plural: "servicemonitors", Singular: "servicemonitor", Kind: "ServiceMonitor", ListKind: "ServiceMonitorList",
+				},
+				Scope: apiextensionsv1.NamespaceScoped,
+				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+					Name: "v1", Served: true, Storage: true,
+					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+						Type: "object", XPreserveUnknownFields: &preserve,
+					}},
+				}},
+			},
+		}
+		if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create ServiceMonitor CRD: %v", err)
+		}
+	})
+	// The CRD is served a moment after it is created; discovery must then be
+	// read again.
+	apptest.Eventually(t, "ServiceMonitors to be served", func() bool {
+		a.mapper.Reset()
+		_, err := a.mapper.RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"}, "v1")
+		return err == nil
+	})
+}
+
+func TestTheRenderedObjectsAreAdmittedByARealAPIServer(t *testing.T) {
+	a := newApplier(t)
+	installServiceMonitorCRD(t, a)
+	ctx := context.Background()
+	nsA, nsB := unique("team-a"), unique("team-b")
+	createNamespace(t, nsA)
+	createNamespace(t, nsB)
+	for _, vs := range valuesSets(nsA, nsB) {
+		t.Run(vs.name, func(t *testing.T) {
+			rel := unique("rel")
+			createNamespace(t, rel)
+			r := render(t, "kw", rel, vs.values)
+			a.warn.take()
+			for _, m := range r.Manifests {
+				o := m.Object
+				if err := a.create(ctx, o, true); err != nil {
+					t.Errorf("%s %s/%s (from %s) is refused: %v", o.GetKind(), o.GetNamespace(), o.GetName(), m.Source, err)
+				}
+			}
+			// The namespaces warn on anything the restricted Pod Security
+			// Standard forbids, so a silent admission proves the pod meets it.
+			if w := a.warn.take(); len(w) > 0 {
+				t.Errorf("the API server warned: %q", w)
+			}
+		})
+	}
+}
+
+// serviceAccountClient applies the chart's ServiceAccount and RBAC for real,
+// then returns a client configuration that authenticates as that
+// ServiceAccount with a token from the TokenRequest API, exactly as the pod
+// would.
+func serviceAccountClient(t *testing.T, r *packaging.Rendered) *rest.Config {
+	t.Helper()
+	ctx := context.Background()
+	a := newApplier(t)
+	var sa *unstructured.Unstructured
+	for _, m := range r.Manifests {
+		o := m.Object
+		if o.GetKind() == "ServiceAccount" {
+			sa = o
+		}
+		if o.GetKind() == "ServiceAccount" || slices.Contains(rbacKinds, o.GetKind()) {
+			if err := a.create(ctx, o, false); err != nil {
+				t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+	if sa == nil {
+		t.Fatal("the chart rendered no ServiceAccount")
+	}
+	admin := testCluster(t).RESTConfig(testcluster.AdminUser)
+	tr, err := kubernetes.NewForConfigOrDie(admin).CoreV1().ServiceAccounts(sa.GetNamespace()).CreateToken(ctx, sa.GetName(),
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v", sa.GetNamespace(), sa.GetName(), err)
+	}
+	return &rest.Config{
+		Host:            admin.Host,
+		BearerToken:     tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: admin.TLSClientConfig.CAData},
+		QPS:             50,
+		Burst:           100,
+	}
+}
+
+func TestKubewireStreamsWithTheChartsRBACAndCannotReadAnythingElse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// watched is how many namespaces the config lists.
+		watched int
+		// otherNamespaceReadable: several namespaces need a cluster-wide
+		// grant (docs/configuration.md), which cannot be narrowed to them.
+		otherNamespaceReadable bool
+	}{
+		{name: "configmaps in one namespace, granted by a Role there", watched: 1},
+		{name: "configmaps in two namespaces, granted cluster-wide because kubewire lists them in one call", watched: 2, otherNamespaceReadable: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			admin := adminClient(t)
+			rel, other := unique("rel"), unique("other")
+			var watched []string
+			for range tc.watched {
+				watched = append(watched, unique("watched"))
+			}
+			for _, ns := range append([]string{rel, other}, watched...) {
+				createNamespace(t, ns)
+			}
+			r := render(t, "kw", rel, fmt.Sprintf(`
+config:
+  cluster: test
+  resources:
+    - version: v1
+      resource: configmaps
+      namespaces: [%s]
+      sinks: [out]
+  sinks:
+    - name: out
+      type: stdout
+`, strings.Join(watched, ", ")))
+			rc := serviceAccountClient(t, r)
+
+			createConfigMap := func(ns, name string) {
+				t.Helper()
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"k": "v"}}
+				if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+					t.Fatalf("create configmap %s/%s: %v", ns, name, err)
+				}
+			}
+			for _, ns := range watched {
+				createConfigMap(ns, "before")
+			}
+			createConfigMap(other, "unwatched")
+
+			// Exactly the config the chart ships, as the chart's identity.
+			k := apptest.Start(t, configText(t, r), rc)
+			evs := k.WaitFor(t, "the configmaps snapshot", func(evs []event.Event) bool {
+				return apptest.CountCompleted(evs, "configmaps") > 0
+			})
+			for _, ns := range watched {
+				if key := "configmaps/" + ns + "/before"; len(apptest.ByKey(evs)[key]) == 0 {
+					t.Errorf("the snapshot has no %s", key)
+				}
+			}
+			for _, ns := range watched {
+				createConfigMap(ns, "after")
+				key := "configmaps/" + ns + "/after"
+				k.WaitFor(t, key+" to stream", func(evs []event.Event) bool {
+					return slices.ContainsFunc(apptest.ByKey(evs)[key], func(ev event.Event) bool {
+						return strings.HasSuffix(ev.Type(), "object.added")
+					})
+				})
+			}
+			for key := range apptest.ByKey(k.Events(t)) {
+				if strings.Contains(key, "/"+other+"/") {
+					t.Errorf("an unwatched namespace's object streamed: %s", key)
+				}
+			}
+			if logs := k.Logs.String(); strings.Contains(logs, "permission denied") || strings.Contains(logs, "forbidden") {
+				t.Errorf("kubewire met a permission error with the chart's RBAC:\n%s", logs)
+			}
+
+			// With the same token, everything else is refused.
+			kube := kubernetes.NewForConfigOrDie(rc)
+			forbidden := func(what string, err error) {
+				t.Helper()
+				if !apierrors.IsForbidden(err) {
+					t.Errorf("%s: want Forbidden, got %v", what, err)
+				}
+			}
+			list := metav1.ListOptions{}
+			_, err := kube.CoreV1().Secrets(watched[0]).List(ctx, list)
+			forbidden("list secrets in the watched namespace", err)
+			_, err = kube.CoreV1().Pods(watched[0]).List(ctx, list)
+			forbidden("list pods in the watched namespace", err)
+			_, err = kube.CoreV1().Secrets(rel).List(ctx, list)
+			forbidden("list secrets in the release namespace", err)
+			_, err = kube.CoreV1().Pods("").List(ctx, list)
+			forbidden("list pods in all namespaces", err)
+			_, err = kube.CoreV1().Nodes().List(ctx, list)
+			forbidden("list nodes", err)
+			_, err = kube.CoordinationV1().Leases(rel).List(ctx, list)
+			forbidden("list leases without leader election", err)
+			_, err = kube.CoreV1().ConfigMaps(watched[0]).Create(ctx,
+				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "written"}}, metav1.CreateOptions{})
+			forbidden("create a configmap in the watched namespace", err)
+			err = kube.CoreV1().ConfigMaps(watched[0]).Delete(ctx, "before", metav1.DeleteOptions{})
+			forbidden("delete a watched configmap", err)
+			_, err = kube.CoreV1().ConfigMaps(other).List(ctx, list)
+			if tc.otherNamespaceReadable {
+				if err != nil {
+					t.Errorf("list configmaps in another namespace with a cluster-wide grant: %v", err)
+				}
+			} else {
+				forbidden("list configmaps in an unwatched namespace", err)
+				_, err = kube.CoreV1().ConfigMaps("").List(ctx, list)
+				forbidden("list configmaps in all namespaces", err)
+			}
+		})
+	}
+}
+
+func TestTheLeaseRoleLetsKubewireLeadAndReleaseItsOwnLeaseOnly(t *testing.T) {
+	ctx := context.Background()
+	rel, watched := unique("rel"), unique("watched")
+	createNamespace(t, rel)
+	createNamespace(t, watched)
+	r := render(t, "kw", rel, fmt.Sprintf(`
+replicaCount: 2
+config:
+  cluster: test
+  resources: [{version: v1, resource: configmaps, namespaces: [%s], sinks: [out]}]
+  sinks: [{name: out, type: stdout}]
+`, watched))
+	rc := serviceAccountClient(t, r)
+	const leaseName = "kw-kubewire"
+
+	// kubewire's own election code, as the chart's ServiceAccount: it must
+	// create the Lease, renew it and release it on shutdown.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	leading := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- leader.Run(runCtx, rc, leader.Config{
+			LeaseName: leaseName, Namespace: rel, Identity: "replica-1",
+			LeaseDuration: 4 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		}, discardLogger(), func(ctx context.Context) {
+			close(leading)
+			<-ctx.Done()
+		})
+	}()
+	select {
+	case <-leading:
+	case err := <-done:
+		t.Fatalf("leader election ended before leading: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("did not become leader within a minute")
+	}
+	admin := adminClient(t)
+	lease := func() (holder string, renewed time.Time) {
+		l, err := admin.CoordinationV1().Leases(rel).Get(ctx, leaseName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("get lease: %v", err)
+		}
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		if l.Spec.RenewTime != nil {
+			renewed = l.Spec.RenewTime.Time
+		}
+		return holder, renewed
+	}
+	h, first := lease()
+	if h != "replica-1" {
+		t.Fatalf("lease holder %q, want replica-1", h)
+	}
+	// A renewal is an update of the Lease: seeing renewTime move while the
+	// holder stays proves the Role allows it.
+	apptest.Eventually(t, "the leader to renew its lease", func() bool {
+		h, renewed := lease()
+		if h != "replica-1" {
+			t.Fatalf("lease holder became %q while replica-1 was leading (renewal refused?)", h)
+		}
+		return renewed.After(first)
+	})
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("leader.Run: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("leader.Run did not return within a minute of cancellation")
+	}
+	if h, _ := lease(); h != "" {
+		t.Errorf("lease still held by %q after shutdown; it must be released so a standby takes over at once", h)
+	}
+
+	kube := kubernetes.NewForConfigOrDie(rc)
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: want Forbidden, got %v", what, err)
+		}
+	}
+	_, err := kube.CoordinationV1().Leases(rel).Get(ctx, "another-controller", metav1.GetOptions{})
+	forbidden("get another lease", err)
+	_, err = kube.CoordinationV1().Leases(rel).List(ctx, metav1.ListOptions{})
+	forbidden("list leases", err)
+	err = kube.CoordinationV1().Leases(rel).Delete(ctx, leaseName, metav1.DeleteOptions{})
+	forbidden("delete its own lease", err)
+	_, err = kube.CoordinationV1().Leases(watched).Get(ctx, leaseName, metav1.GetOptions{})
+	forbidden("get a lease of that name in another namespace", err)
+}
