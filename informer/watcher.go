@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -75,6 +76,7 @@ type Watcher struct {
 	// initialCount counts the synced records of the initial list; only the
 	// notification goroutine writes it before HasSynced turns true.
 	initialCount atomic.Int64
+	mObserved    sync.Map // Op -> prometheus.Counter
 	initialID    string
 }
 
@@ -127,6 +129,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.informer = w.newInformer()
 
 	snap := w.cfg.Emits(config.OpSynced)
+	initialStart := time.Now()
 	if snap {
 		w.initialID = newSnapshotID()
 		w.marker(OpSnapshotStarted, w.initialID, 0)
@@ -154,7 +157,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	n := int(w.initialCount.Load())
 	if snap {
 		w.marker(OpSnapshotCompleted, w.initialID, n)
-		metrics.SnapshotRecords.WithLabelValues(w.name).Add(float64(n))
+		w.snapshotDone(initialStart, n)
 	}
 	w.synced.Store(true)
 	metrics.InformerSynced.WithLabelValues(w.name).Set(1)
@@ -182,6 +185,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 // is enqueued.
 func (w *Watcher) Snapshot() {
 	id := newSnapshotID()
+	start := time.Now()
 	w.marker(OpSnapshotStarted, id, 0)
 	store := w.informer.GetStore()
 	n := 0
@@ -196,8 +200,25 @@ func (w *Watcher) Snapshot() {
 		w.emitMu.Unlock()
 	}
 	w.marker(OpSnapshotCompleted, id, n)
-	metrics.SnapshotRecords.WithLabelValues(w.name).Add(float64(n))
+	w.snapshotDone(start, n)
 	w.log.Debug("snapshot enqueued", "snapshot", id, "records", n)
+}
+
+// observed returns the observed-events counter of op, looked up once per op
+// rather than hashed per event.
+func (w *Watcher) observed(op Op) prometheus.Counter {
+	if c, ok := w.mObserved.Load(op); ok {
+		return c.(prometheus.Counter)
+	}
+	c := metrics.EventsObserved.WithLabelValues(w.name, string(op))
+	w.mObserved.Store(op, c)
+	return c
+}
+
+func (w *Watcher) snapshotDone(start time.Time, records int) {
+	metrics.SnapshotRecords.WithLabelValues(w.name).Add(float64(records))
+	metrics.SnapshotDuration.WithLabelValues(w.name).Observe(time.Since(start).Seconds())
+	metrics.SnapshotSize.WithLabelValues(w.name).Set(float64(records))
 }
 
 func (w *Watcher) marker(op Op, id string, count int) {
@@ -207,7 +228,7 @@ func (w *Watcher) marker(op Op, id string, count int) {
 }
 
 func (w *Watcher) change(op Op, u *unstructured.Unstructured, now time.Time, snapshotID string) *Change {
-	metrics.EventsObserved.WithLabelValues(w.name, string(op)).Inc()
+	w.observed(op).Inc()
 	return &Change{
 		Op:         op,
 		Resource:   w.res,

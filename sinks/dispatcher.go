@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
@@ -103,6 +104,12 @@ type Dispatcher struct {
 
 	healthy atomic.Bool
 
+	// Per-sink children of the metric vectors, looked up once rather than
+	// per event.
+	mPublished, mConflated prometheus.Counter
+	mBuffer                prometheus.Gauge
+	mPublish, mLag         prometheus.Observer
+
 	// barrierMu makes the insertion of a barrier into all shards atomic with
 	// respect to other barriers, so every shard sees barriers in one order.
 	barrierMu sync.Mutex
@@ -119,6 +126,11 @@ func NewDispatcher(name string, sink Sink, opt Options) *Dispatcher {
 		log:       opt.Logger.With("sink", name),
 		connected: make(chan struct{}),
 	}
+	d.mPublished = metrics.EventsPublished.WithLabelValues(name)
+	d.mConflated = metrics.EventsConflated.WithLabelValues(name)
+	d.mBuffer = metrics.BufferEvents.WithLabelValues(name)
+	d.mPublish = metrics.PublishDuration.WithLabelValues(name)
+	d.mLag = metrics.EventLag.WithLabelValues(name)
 	d.work, d.cancelWork = context.WithCancel(context.Background())
 	d.shards = make([]*shard, opt.Shards)
 	for i := range d.shards {
@@ -188,9 +200,9 @@ func (d *Dispatcher) Enqueue(it *Item) {
 	full := d.queued.Load() >= int64(d.opt.BufferEvents)
 	if s.push(it, full) {
 		d.queued.Add(1)
-		metrics.BufferEvents.WithLabelValues(d.name).Inc()
+		d.mBuffer.Inc()
 	} else {
-		metrics.EventsConflated.WithLabelValues(d.name).Inc()
+		d.mConflated.Inc()
 	}
 }
 
@@ -200,7 +212,7 @@ func (d *Dispatcher) enqueueBarrier(it *Item) {
 	d.barrierMu.Lock()
 	defer d.barrierMu.Unlock()
 	d.queued.Add(1)
-	metrics.BufferEvents.WithLabelValues(d.name).Inc()
+	d.mBuffer.Inc()
 	for _, s := range d.shards {
 		s.pushBarrier(b)
 	}
@@ -263,7 +275,7 @@ func (d *Dispatcher) work1(s *shard) {
 
 func (d *Dispatcher) done(n int) {
 	d.queued.Add(int64(-n))
-	metrics.BufferEvents.WithLabelValues(d.name).Sub(float64(n))
+	d.mBuffer.Sub(float64(n))
 }
 
 // arrive blocks the shard at the barrier. The last shard to arrive knows
@@ -310,10 +322,16 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Eve
 	}
 	b := d.newBackoff()
 	for attempt := 1; ; attempt++ {
+		start := time.Now()
 		err := d.sink.Write(d.work, events)
+		d.mPublish.Observe(time.Since(start).Seconds())
 		if err == nil {
 			d.setHealthy(true)
-			metrics.EventsPublished.WithLabelValues(d.name).Add(float64(len(events)))
+			d.mPublished.Add(float64(len(events)))
+			now := time.Now()
+			for _, e := range batch {
+				d.mLag.Observe(now.Sub(e.item.Change.Observed).Seconds())
+			}
 			return events
 		}
 		if d.work.Err() != nil {
@@ -352,7 +370,7 @@ func (d *Dispatcher) deliver1(ev *event.Event) {
 		switch {
 		case err == nil:
 			d.setHealthy(true)
-			metrics.EventsPublished.WithLabelValues(d.name).Inc()
+			d.mPublished.Inc()
 			return
 		case d.work.Err() != nil:
 			return

@@ -6,9 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/testcluster"
@@ -58,10 +61,44 @@ func TestReadinessFollowsInformerSyncAndMetricsAreServed(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	_, body := get(t, base+"/metrics")
-	for _, m := range []string{`kubewire_informer_synced{resource="widgets.` + group + `"} 1`, "kubewire_events_published_total", "go_goroutines"} {
-		if !strings.Contains(body, m) {
-			t.Errorf("/metrics lacks %q", m)
+	before := scrape(t, base)
+	if _, err := kube.CoreV1().ConfigMaps(ns).Create(context.Background(), configMap(ns, "counted", nil, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.WaitFor(t, "the new object", has("configmaps/"+ns+"/counted", "added"))
+	after := scrape(t, base)
+	if after[`kubewire_informer_synced{resource="widgets.`+group+`"}`] != 1 || after["go_goroutines"] == 0 {
+		t.Errorf("/metrics lacks informer_synced for widgets or the Go collector")
+	}
+	for _, m := range []string{
+		`kubewire_events_observed_total{resource="configmaps",type="added"}`,
+		`kubewire_events_published_total{sink="out"}`,
+		`kubewire_event_lag_seconds_count{sink="out"}`,
+		`kubewire_publish_duration_seconds_count{sink="out"}`,
+	} {
+		if after[m] <= before[m] {
+			t.Errorf("%s did not move: %v -> %v", m, before[m], after[m])
 		}
 	}
+	if after[`kubewire_snapshot_duration_seconds_count{resource="configmaps"}`] == 0 {
+		t.Errorf("kubewire_snapshot_duration_seconds has no observation for configmaps")
+	}
+}
+
+// scrape reads /metrics into "name{labels}" -> value.
+func scrape(t *testing.T, base string) map[string]float64 {
+	t.Helper()
+	_, body := get(t, base+"/metrics")
+	m := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m
 }

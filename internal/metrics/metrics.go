@@ -94,3 +94,37 @@ var IsLeader = prometheus.NewGauge(prometheus.GaugeOpts{
 })
 
 func init() { Registry.MustRegister(IsLeader) }
+
+var (
+	// PublishDuration is how long one Sink.Write took, success or not.
+	PublishDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kubewire_publish_duration_seconds",
+		Help:    "Duration of one write of a batch to a sink, until the broker acknowledged or refused it.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"sink"})
+
+	// EventLag is the time from kubewire observing a change to the broker
+	// acknowledging its event: the end-to-end delay a consumer sees, minus
+	// the apiserver's own.
+	EventLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kubewire_event_lag_seconds",
+		Help:    "Time from observing a change to the sink acknowledging its event.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+	}, []string{"sink"})
+
+	// SnapshotDuration is how long enqueueing a snapshot took, from its
+	// started marker to its completed marker.
+	SnapshotDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kubewire_snapshot_duration_seconds",
+		Help:    "Time to enqueue one snapshot of a resource, from started to completed marker.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+	}, []string{"resource"})
+
+	// SnapshotSize is the record count of a resource's last snapshot.
+	SnapshotSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubewire_snapshot_size",
+		Help: "Records in the last snapshot of a resource.",
+	}, []string{"resource"})
+)
+
+func init() { Registry.MustRegister(PublishDuration, EventLag, SnapshotDuration, SnapshotSize) }
