@@ -36,7 +36,7 @@ type Report struct {
 	// Events and Tombstones count what was read; Duplicates counts object
 	// events whose id had been read before.
 	Events, Tombstones, Duplicates int
-	Resources          []ResourceReport
+	Resources                      []ResourceReport
 	// OrderViolations lists every resourceVersion that went backwards.
 	OrderViolations []string
 }
