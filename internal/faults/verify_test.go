@@ -11,6 +11,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kfake"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,7 @@ import (
 	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testcluster"
 	"github.com/kubewire/kubewire/internal/verify"
 )
@@ -157,4 +159,57 @@ func TestVerifyFindsKafkaAndJetStreamConvergedAfterChurnAndReportsDivergenceOthe
 
 func configMapNamed(name string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+func TestVerifyJudgesSuppressedUpdatesByContentNotResourceVersion(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	yaml := strings.Replace(brokers(t, ns), "sinks: [kafka, js]}",
+		"sinks: [kafka, js], ignorePaths: [\"metadata.annotations['heartbeat']\"]}", 1)
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms := kube.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "beating", Annotations: map[string]string{"heartbeat": "0"}}, Data: map[string]string{"v": "1"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
+	for _, sink := range []string{"kafka", "js"} {
+		verifyUntilConverged(t, cfg, sink)
+	}
+	// Heartbeats change the resourceVersion but nothing kubewire emits:
+	// the stream keeps the old version, and verify must still agree.
+	for i := 1; i <= 3; i++ {
+		cm.Annotations["heartbeat"] = fmt.Sprint(i)
+		if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apptest.Eventually(t, "the heartbeats to be suppressed", func() bool {
+		return testutil.ToFloat64(metrics.UpdatesSuppressed.WithLabelValues("configmaps", "ignored_paths")) >= 3
+	})
+	for _, sink := range []string{"kafka", "js"} {
+		rep := verifyUntilConverged(t, cfg, sink)
+		if rep.Resources[0].InView != 1 {
+			t.Fatalf("%s: view holds %d objects", sink, rep.Resources[0].InView)
+		}
+	}
+	// A real change missed while kubewire is down is stale, whatever the
+	// suppression rules.
+	k.Shutdown(t)
+	cm.Data["v"] = "2"
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sink := range []string{"kafka", "js"} {
+		rep, err := verify.Run(ctx, verify.Options{Config: cfg, Sink: sink, REST: cluster.RESTConfig(testcluster.AdminUser)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := rep.Resources[0].Divergent; len(d) != 1 || !strings.HasPrefix(d[0], "stale configmaps/"+ns+"/beating") {
+			t.Fatalf("%s: divergent %v, want the missed change reported as stale", sink, d)
+		}
+	}
 }

@@ -47,6 +47,8 @@ type ResourceReport struct {
 	InView, InCluster int
 	// Divergent lists missing, extra and stale keys.
 	Divergent []string
+	// Skipped says why the resource could not be compared, if it was not.
+	Skipped string
 }
 
 // Diverged reports whether any key differs or any order was violated.
@@ -75,6 +77,10 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "sink %s: read %d events (%d duplicates) and %d tombstones\n", r.Sink, r.Events, r.Duplicates, r.Tombstones)
 	fmt.Fprintf(w, "%-40s %8s %8s %10s\n", "RESOURCE", "VIEW", "CLUSTER", "DIVERGENT")
 	for _, rr := range r.Resources {
+		if rr.Skipped != "" {
+			fmt.Fprintf(w, "%-40s %8d %8s %10s  not compared: %s\n", rr.Name, rr.InView, "-", "-", rr.Skipped)
+			continue
+		}
 		fmt.Fprintf(w, "%-40s %8d %8d %10d\n", rr.Name, rr.InView, rr.InCluster, len(rr.Divergent))
 	}
 	fmt.Fprintf(w, "order violations: %d\n", len(r.OrderViolations))
@@ -146,16 +152,23 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	rep.Duplicates = view.Duplicates
 
 	for _, t := range targets {
-		truth, err := listTruth(ctx, dyn, t.cfg, t.res)
+		judge, err := informer.NewJudge(t.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("verify: %s: %w", t.res.KeyPrefix, err)
+		}
+		rr := ResourceReport{Name: t.res.KeyPrefix, InView: len(view.Objects(t.res.KeyPrefix))}
+		if !judge.Verifiable {
+			rr.Skipped = "keys are involved objects (keyBy), not the objects themselves"
+			rep.Resources = append(rep.Resources, rr)
+			continue
+		}
+		truth, err := listTruth(ctx, dyn, t.cfg, t.res, judge)
 		if err != nil {
 			return nil, err
 		}
-		rep.Resources = append(rep.Resources, ResourceReport{
-			Name:      t.res.KeyPrefix,
-			InView:    len(view.Objects(t.res.KeyPrefix)),
-			InCluster: len(truth),
-			Divergent: view.Diff(t.res.KeyPrefix, truth),
-		})
+		rr.InCluster = len(truth)
+		rr.Divergent = view.Compare(t.res.KeyPrefix, truth)
+		rep.Resources = append(rep.Resources, rr)
 	}
 	sort.Slice(rep.Resources, func(i, j int) bool { return rep.Resources[i].Name < rep.Resources[j].Name })
 	return rep, nil
@@ -198,24 +211,33 @@ func readKafka(ctx context.Context, cfg *config.Config, sc *config.Sink, rep *Re
 }
 
 // listTruth lists what kubewire is configured to stream of one resource:
-// same namespaces and selectors, keyed like the events.
-func listTruth(ctx context.Context, dyn dynamic.Interface, rc config.Resource, res *informer.Resource) (map[string]string, error) {
+// same namespaces, selectors and filter, keyed like the events, and judged
+// by the resource's suppression rules.
+func listTruth(ctx context.Context, dyn dynamic.Interface, rc config.Resource, res *informer.Resource, judge *informer.Judge) (map[string]Truth, error) {
 	ns := metav1.NamespaceAll
 	if res.Namespaced && len(rc.Namespaces) == 1 {
 		ns = rc.Namespaces[0]
 	}
-	truth := map[string]string{}
+	truth := map[string]Truth{}
 	opts := metav1.ListOptions{LabelSelector: rc.LabelSelector, FieldSelector: rc.FieldSelector, Limit: 500}
 	for {
 		l, err := dyn.Resource(res.GVR).Namespace(ns).List(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("verify: list %s: %w", res.KeyPrefix, err)
 		}
-		for _, u := range l.Items {
+		for i := range l.Items {
+			u := &l.Items[i]
 			if res.Namespaced && len(rc.Namespaces) > 1 && !slices.Contains(rc.Namespaces, u.GetNamespace()) {
 				continue
 			}
-			truth[res.ObjectKey(u.GetNamespace(), u.GetName())] = u.GetResourceVersion()
+			live, ok := judge.Want(u)
+			if !ok {
+				continue
+			}
+			truth[res.ObjectKey(u.GetNamespace(), u.GetName())] = Truth{
+				ResourceVersion: u.GetResourceVersion(),
+				Same:            func(o Object) bool { return judge.Same(o.ResourceVersion, o.Data, live) },
+			}
 		}
 		if opts.Continue = l.GetContinue(); opts.Continue == "" {
 			return truth, nil

@@ -20,6 +20,9 @@ type Object struct {
 	UID             string
 	ResourceVersion string
 	Type            string // the event type that last set it
+	// Data is the event's data: the object (or reference, or diff) as the
+	// consumer received it.
+	Data []byte
 }
 
 // View is the state a consumer builds from one partition or stream.
@@ -110,7 +113,7 @@ func (v *View) Apply(ev *event.Event) {
 	case encoding.TypeDeleted:
 		delete(m, key)
 	case encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeSynced:
-		m[key] = Object{UID: extString(ev, encoding.ExtUID), ResourceVersion: rv, Type: ev.Type()}
+		m[key] = Object{UID: extString(ev, encoding.ExtUID), ResourceVersion: rv, Type: ev.Type(), Data: ev.Data()}
 	default:
 		v.Problems = append(v.Problems, fmt.Sprintf("%s: unknown event type %s", key, ev.Type()))
 	}
@@ -160,19 +163,38 @@ func (v *View) Objects(resource string) map[string]Object {
 	return out
 }
 
+// Truth is what the cluster holds for one key.
+type Truth struct {
+	ResourceVersion string
+	// Same reports whether the consumer's object stands for the cluster's;
+	// nil means the resourceVersions must be equal.
+	Same func(Object) bool
+}
+
 // Diff compares the view of a resource with the cluster's truth (key →
 // resourceVersion) and describes every difference, sorted; none means the
 // consumer converged.
 func (v *View) Diff(resource string, truth map[string]string) []string {
+	t := make(map[string]Truth, len(truth))
+	for k, rv := range truth {
+		t[k] = Truth{ResourceVersion: rv}
+	}
+	return v.Compare(resource, t)
+}
+
+// Compare is Diff with a judgement per key of what counts as the same
+// object.
+func (v *View) Compare(resource string, truth map[string]Truth) []string {
 	var diffs []string
 	have := v.objects[resource]
-	for k, rv := range truth {
+	for k, t := range truth {
 		o, ok := have[k]
 		switch {
 		case !ok:
-			diffs = append(diffs, fmt.Sprintf("missing %s (rv %s)", k, rv))
-		case o.ResourceVersion != rv:
-			diffs = append(diffs, fmt.Sprintf("stale %s: have rv %s, cluster has %s", k, o.ResourceVersion, rv))
+			diffs = append(diffs, fmt.Sprintf("missing %s (rv %s)", k, t.ResourceVersion))
+		case o.ResourceVersion == t.ResourceVersion:
+		case t.Same == nil || !t.Same(o):
+			diffs = append(diffs, fmt.Sprintf("stale %s: have rv %s, cluster has %s", k, o.ResourceVersion, t.ResourceVersion))
 		}
 	}
 	for k := range have {
