@@ -171,3 +171,18 @@ func TestVersionPrintsTheVersion(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q", code, out)
 	}
 }
+
+func TestTheREADMEConfigExampleIsValid(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```yaml\n")
+	example, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("README.md has no yaml example")
+	}
+	if code, _, errOut := run("validate", "--config", write(t, example)); code != cli.ExitOK {
+		t.Fatalf("the README example does not validate:\n%s", errOut)
+	}
+}

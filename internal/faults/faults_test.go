@@ -183,15 +183,26 @@ func record(fault string, changes int64, events, duplicates, divergent int) {
 	results.rows = append(results.rows, [5]string{fault, fmt.Sprint(changes), fmt.Sprint(events), fmt.Sprint(duplicates), fmt.Sprint(divergent)})
 }
 
+// printResults prints the table, and appends it to the file named by
+// $KUBEWIRE_FAULT_TABLE (CI shows it even though go test hides the output
+// of passing packages).
 func printResults() {
 	results.Lock()
 	defer results.Unlock()
 	if len(results.rows) == 0 {
 		return
 	}
-	fmt.Printf("\n%-58s %8s %9s %10s %9s\n", "FAULT", "CHANGES", "DELIVERED", "DUPLICATES", "DIVERGENT")
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-58s %8s %9s %10s %9s\n", "FAULT", "CHANGES", "DELIVERED", "DUPLICATES", "DIVERGENT")
 	for _, r := range results.rows {
-		fmt.Printf("%-58s %8s %9s %10s %9s\n", r[0], r[1], r[2], r[3], r[4])
+		fmt.Fprintf(&b, "%-58s %8s %9s %10s %9s\n", r[0], r[1], r[2], r[3], r[4])
+	}
+	fmt.Print("\n" + b.String())
+	if path := os.Getenv("KUBEWIRE_FAULT_TABLE"); path != "" {
+		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			_, _ = f.WriteString(b.String())
+			f.Close()
+		}
 	}
 }
 

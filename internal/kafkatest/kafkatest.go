@@ -113,8 +113,17 @@ type Broker struct {
 	// Libs is the directory of the jars, for running Java tools.
 	Libs string
 
+	// SSLAddr and SASLSSLAddr are host:port of the secured listeners that
+	// Options asked for, else "".
+	SSLAddr     string
+	SASLSSLAddr string
+	// CAFile is the PEM file of the CA that signed the broker's
+	// certificate, when a TLS listener was asked for.
+	CAFile string
+
 	t      testing.TB
 	dir    string
+	extra  []listener
 	props  string
 	logf   string
 	mu     sync.Mutex
@@ -126,6 +135,15 @@ type Broker struct {
 // within a minute. props are added to (and override) the server
 // properties, for example "message.max.bytes" or "log.cleaner.backoff.ms".
 func Start(t testing.TB, props map[string]string) *Broker {
+	t.Helper()
+	return StartWith(t, Options{Props: props})
+}
+
+// StartWith is Start with secured listeners (see Options). The PLAINTEXT
+// listener at Addr is always there: the readiness check, topic creation and
+// the tests' own readers use it, and it keeps the broker's inter-broker and
+// controller traffic out of what a security test is about.
+func StartWith(t testing.TB, o Options) *Broker {
 	t.Helper()
 	if _, err := exec.LookPath("java"); err != nil {
 		t.Fatalf("kafkatest: java is required: %v", err)
@@ -144,6 +162,10 @@ func Start(t testing.TB, props map[string]string) *Broker {
 		props: filepath.Join(dir, "server.properties"),
 		logf:  filepath.Join(dir, "broker.log"),
 	}
+	secure, formatArgs, err := b.secure(o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := map[string]string{
 		"process.roles":                            "broker,controller",
 		"node.id":                                  "1",
@@ -161,18 +183,27 @@ func Start(t testing.TB, props map[string]string) *Broker {
 		"group.initial.rebalance.delay.ms":         "0",
 		"auto.create.topics.enable":                "false",
 	}
-	for k, v := range props {
+	for k, v := range secure {
+		p[k] = v
+	}
+	// The secured listeners join the PLAINTEXT and CONTROLLER ones.
+	for _, l := range b.extra {
+		p["listeners"] += "," + l.name + "://" + l.addr
+		p["advertised.listeners"] += "," + l.name + "://" + l.addr
+		p["listener.security.protocol.map"] += "," + l.name + ":" + l.protocol
+	}
+	for k, v := range o.Props {
 		p[k] = v
 	}
 	var buf bytes.Buffer
 	for k, v := range p {
-		fmt.Fprintf(&buf, "%s=%s\n", k, v)
+		fmt.Fprintf(&buf, "%s=%s\n", k, escapeProperty(v))
 	}
 	if err := os.WriteFile(b.props, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	format := exec.Command("java", "-cp", filepath.Join(libs, "*"), "kafka.tools.StorageTool",
-		"format", "--standalone", "-t", clusterID, "-c", b.props)
+	format := exec.Command("java", append([]string{"-cp", filepath.Join(libs, "*"), "kafka.tools.StorageTool",
+		"format", "--standalone", "-t", clusterID, "-c", b.props}, formatArgs...)...)
 	if out, err := format.CombinedOutput(); err != nil {
 		t.Fatalf("kafkatest: format storage: %v\n%s", err, out)
 	}

@@ -156,8 +156,17 @@ func NewBalancer(name string) (kafkago.Balancer, error) {
 
 // Connect builds the client and checks that the brokers answer (and accept
 // the credentials). A fixed topic is looked up, and created if configured,
-// so a missing topic is reported before the first change.
+// so a missing topic is reported before the first change. A failure is
+// counted in kubewire_sink_connect_failures_total by reason.
 func (s *Sink) Connect(ctx context.Context) error {
+	err := s.connect(ctx)
+	if err != nil && !errors.Is(err, ErrClosed) {
+		metrics.SinkConnectFailures.WithLabelValues(s.name, connectReason(err)).Inc()
+	}
+	return err
+}
+
+func (s *Sink) connect(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -178,7 +187,14 @@ func (s *Sink) Connect(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout.Duration)
 	defer cancel()
 	if _, err := client.Metadata(ctx, &kafkago.MetadataRequest{}); err != nil {
-		return fmt.Errorf("kafka: connect to %s: %w", strings.Join(s.cfg.Brokers, ","), err)
+		// kafka-go's SASL error names neither the mechanism nor the user, and
+		// those are what an operator checks first. The user name is not a
+		// secret; the password is never part of the message.
+		how := ""
+		if sc := s.cfg.SASL; sc != nil {
+			how = fmt.Sprintf(" with SASL %s as user %q", sc.Mechanism, sc.Username)
+		}
+		return fmt.Errorf("kafka: connect to %s%s: %w", strings.Join(s.cfg.Brokers, ","), how, err)
 	}
 	if !strings.Contains(s.cfg.Topic, "{") {
 		if _, err := s.partitions(ctx, s.cfg.Topic); err != nil {
@@ -819,6 +835,34 @@ func (p *partition) produce(rs []record) error {
 	metrics.KafkaRecords.WithLabelValues(s.name, kindTombstone).Add(float64(tombstones))
 	metrics.KafkaRecords.WithLabelValues(s.name, kindMarker).Add(float64(markers))
 	return nil
+}
+
+// connectReason sorts a Connect error into the reasons of
+// kubewire_sink_connect_failures_total.
+func connectReason(err error) string {
+	for _, auth := range []error{kafkago.SASLAuthenticationFailed, kafkago.UnsupportedSASLMechanism,
+		kafkago.IllegalSASLState, kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed} {
+		if errors.Is(err, auth) {
+			return metrics.ConnectAuth
+		}
+	}
+	var (
+		verify    *tls.CertificateVerificationError
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		header    tls.RecordHeaderError
+		alert     tls.AlertError
+	)
+	if errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &alert) {
+		return metrics.ConnectTLS
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+		return metrics.ConnectNetwork
+	}
+	return metrics.ConnectOther
 }
 
 // outcome names err for a metric label from a bounded set.

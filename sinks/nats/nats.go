@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -127,14 +128,27 @@ func (s *Sink) conn(ctx context.Context) (*natsgo.Conn, jetstream.JetStream, err
 	return s.nc, s.js, nil
 }
 
+// dialLocked connects; a failure is counted in
+// kubewire_sink_connect_failures_total by reason.
 func (s *Sink) dialLocked(ctx context.Context) error {
+	err := s.dialOnceLocked(ctx)
+	if err != nil {
+		metrics.SinkConnectFailures.WithLabelValues(s.name, connectReason(err)).Inc()
+	}
+	return err
+}
+
+func (s *Sink) dialOnceLocked(ctx context.Context) error {
 	opts, err := s.options()
 	if err != nil {
 		return err
 	}
 	nc, err := natsgo.Connect(strings.Join(s.cfg.Servers, ","), opts...)
 	if err != nil {
-		return fmt.Errorf("nats: connect to %s: %w", strings.Join(s.cfg.Servers, ","), err)
+		// The client's "authorization violation" does not say which
+		// credential was refused; name the method (and the user or file,
+		// which are not secrets), never the secret.
+		return fmt.Errorf("nats: connect to %s%s: %w", strings.Join(s.cfg.Servers, ","), s.authMethod(), err)
 	}
 	var js jetstream.JetStream
 	if s.cfg.Mode == config.NATSModeJetStream {
@@ -254,6 +268,52 @@ func (s *Sink) options() ([]natsgo.Option, error) {
 		}
 	}
 	return opts, nil
+}
+
+// authMethod describes, for errors, how the sink authenticates.
+func (s *Sink) authMethod() string {
+	a := s.cfg.Auth
+	switch {
+	case a == nil:
+		return ""
+	case a.CredsFile != "":
+		return " with the creds file " + a.CredsFile
+	case a.NkeySeedFile != "":
+		return " with the nkey seed file " + a.NkeySeedFile
+	case a.User != "":
+		return fmt.Sprintf(" as user %q", a.User)
+	case a.TokenFile != "" || a.TokenEnv != "":
+		return " with a token"
+	}
+	return ""
+}
+
+// connectReason sorts a connect error into the reasons of
+// kubewire_sink_connect_failures_total.
+func connectReason(err error) string {
+	for _, auth := range []error{natsgo.ErrAuthorization, natsgo.ErrAuthExpired, natsgo.ErrAuthRevoked, natsgo.ErrAccountAuthExpired} {
+		if errors.Is(err, auth) {
+			return metrics.ConnectAuth
+		}
+	}
+	var (
+		verify    *tls.CertificateVerificationError
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		header    tls.RecordHeaderError
+		alert     tls.AlertError
+	)
+	if errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &alert) ||
+		errors.Is(err, natsgo.ErrSecureConnRequired) || errors.Is(err, natsgo.ErrSecureConnWanted) {
+		return metrics.ConnectTLS
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, natsgo.ErrNoServers) || errors.Is(err, context.DeadlineExceeded) {
+		return metrics.ConnectNetwork
+	}
+	return metrics.ConnectOther
 }
 
 // secret reads a secret from a file (trailing newline removed) or an
