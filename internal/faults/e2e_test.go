@@ -3,7 +3,6 @@
 package faults_test
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"strings"
@@ -19,8 +18,6 @@ import (
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/natstest"
 	"github.com/kubewire/kubewire/internal/testcluster"
-	"github.com/kubewire/kubewire/sinks/kafka"
-	"github.com/kubewire/kubewire/sinks/nats"
 )
 
 // realBrokers routes ns's ConfigMaps to real Apache Kafka, a nats-server
@@ -152,7 +149,7 @@ func TestE2EGracefulShutdownUnderLoadDeliversEverythingItObserved(t *testing.T) 
 	}
 	for _, sink := range []string{"kafka", "js"} {
 		got := map[string]bool{}
-		read(t, cfg, sink, func(ev *event.Event) { got[ev.ID()] = true })
+		read(t, cfg, sink, "configmaps", func(ev *event.Event) { got[ev.ID()] = true })
 		missing := 0
 		for id := range want {
 			if !got[id] {
@@ -166,27 +163,3 @@ func TestE2EGracefulShutdownUnderLoadDeliversEverythingItObserved(t *testing.T) 
 	}
 }
 
-// read calls fn for every event in a sink's topic or stream.
-func read(t *testing.T, cfg *config.Config, sink string, fn func(*event.Event)) {
-	t.Helper()
-	sc, _ := cfg.Sink(sink)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var err error
-	switch sc.Type {
-	case config.SinkTypeKafka:
-		k := sc.Kafka.Defaulted()
-		topic := config.KafkaTopic(k.Topic, cfg.Cluster, "", "v1", "configmaps")
-		err = kafka.ReadTopic(ctx, *sc, topic, func(r kafka.Record) error {
-			if r.Event != nil {
-				fn(r.Event)
-			}
-			return nil
-		})
-	case config.SinkTypeNATS:
-		err = nats.ReadStream(ctx, *sc, func(ev *event.Event) error { fn(ev); return nil })
-	}
-	if err != nil {
-		t.Fatalf("read %s: %v", sink, err)
-	}
-}
