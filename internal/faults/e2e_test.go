@@ -162,4 +162,3 @@ func TestE2EGracefulShutdownUnderLoadDeliversEverythingItObserved(t *testing.T) 
 		record("graceful shutdown under load ("+sink+")", wg.changes.Load(), len(got), 0, missing)
 	}
 }
-
