@@ -119,6 +119,9 @@ wait:
 		if len(rep.OrderViolations) != 0 {
 			t.Fatalf("%s: order violations %v", sink, rep.OrderViolations)
 		}
+		var evs []event.Event
+		read(t, cfg, sink, "configmaps", func(ev *event.Event) { evs = append(evs, *ev) })
+		wg.checkOrder(t, evs)
 		record("broker SIGKILLed 30 s, buffer conflating ("+sink+")", wg.changes.Load(), rep.Events, rep.Duplicates, 0)
 	}
 }

@@ -139,13 +139,13 @@ func churn(ns string, stop <-chan struct{}) *churner {
 			name := fmt.Sprintf("cm-%d", i%20)
 			switch i % 3 {
 			case 0:
-				_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
-				wg.ok(err)
+				cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
+				wg.wrote(ns, cm, err)
 			case 1:
 				if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil {
 					cm.Data = map[string]string{"i": fmt.Sprint(i)}
-					_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
-					wg.ok(err)
+					cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+					wg.wrote(ns, cm, err)
 				}
 			case 2:
 				if i%6 == 2 {
@@ -162,8 +162,59 @@ func churn(ns string, stop <-chan struct{}) *churner {
 type churner struct {
 	sync.WaitGroup
 	changes atomic.Int64
+
+	mu sync.Mutex
+	// written is, per key, the resourceVersions the apiserver returned for
+	// the churn's creates and updates, in the order they were written.
+	written map[string][]string
 }
 
+func (c *churner) wrote(ns string, cm *corev1.ConfigMap, err error) {
+	c.ok(err)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.written == nil {
+		c.written = map[string][]string{}
+	}
+	k := "configmaps/" + ns + "/" + cm.Name
+	c.written[k] = append(c.written[k], cm.ResourceVersion)
+}
+
+// checkOrder asserts that, for every key, the events of the stream follow
+// the order in which the test itself wrote the versions they carry: a
+// version written later never comes out before one written earlier.
+func (c *churner) checkOrder(t *testing.T, evs []event.Event) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pos := map[string]map[string]int{}
+	for k, rvs := range c.written {
+		pos[k] = map[string]int{}
+		for i, rv := range rvs {
+			pos[k][rv] = i
+		}
+	}
+	last := map[string]int{}
+	checked := 0
+	for _, ev := range evs {
+		k := apptest.Ext(ev, encoding.ExtPartitionKey)
+		i, ok := pos[k][apptest.Ext(ev, encoding.ExtResourceVersion)]
+		if !ok {
+			continue // a delete, a marker, or a version written before the churn
+		}
+		if p, seen := last[k]; seen && i < p {
+			t.Fatalf("%s: version #%d (%s) came out after version #%d", k, i, ev.ID(), p)
+		}
+		last[k] = i
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no event carried a version the test wrote; the order check checked nothing")
+	}
+}
 func (c *churner) ok(err error) {
 	if err == nil {
 		c.changes.Add(1)
@@ -221,6 +272,7 @@ func TestTheConsumerConvergesAcrossAnAPIServerRestartMidStream(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	v := converge(t, ns, func() []event.Event { return k.Events(t) })
+	wg.checkOrder(t, k.Events(t))
 	record("kube-apiserver restarted mid-stream (stdout)", wg.changes.Load(), v.Events, v.Duplicates, 0)
 }
 
@@ -322,6 +374,7 @@ func TestKubewireKilledWithSIGKILLConvergesAfterARestartIncludingDeletesMadeWhil
 
 	_, stream2 := run("second.jsonl")
 	v := converge(t, ns, stream1, stream2)
+	wg.checkOrder(t, append(stream1(), stream2()...))
 	record("kubewire SIGKILLed, deletes while down, restarted (stdout)", wg.changes.Load()+int64(deleted)+1, v.Events, v.Duplicates, 0)
 }
 

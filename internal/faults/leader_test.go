@@ -71,6 +71,7 @@ func TestWhenTheLeaderIsKilledTheStandbyTakesOverWithASnapshotAndTheConsumerConv
 	// The old leader's stream followed by the new one's: versions must never
 	// go backwards and the result must equal the cluster.
 	v := converge(t, ns, leader.stream, standby.stream)
+	wg.checkOrder(t, append(leader.stream(), standby.stream()...))
 	record("leader SIGKILLed, standby takes over (stdout)", wg.changes.Load(), v.Events, v.Duplicates, 0)
 }
 
