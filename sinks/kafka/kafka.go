@@ -43,6 +43,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/tlsfiles"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -232,26 +233,8 @@ func (s *Sink) newTransport() (*kafkago.Transport, error) {
 }
 
 func tlsConfig(t *config.KafkaTLS) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: tls.caFile: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("kafka: tls.caFile %s holds no PEM certificate", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: tls.certFile/keyFile: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
+	return tlsfiles.Config("kafka", tlsfiles.Files{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile,
+		ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify})
 }
 
 func saslMechanism(c *config.KafkaSASL) (sasl.Mechanism, error) {

@@ -28,6 +28,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/tlsfiles"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -346,27 +347,13 @@ func (s *Sink) tlsOption() (natsgo.Option, error) {
 	if !wantTLS {
 		return nil, nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	var f tlsfiles.Files
 	if t != nil {
-		tc.ServerName = t.ServerName
-		if t.CAFile != "" {
-			pem, err := os.ReadFile(t.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("nats: tls.caFile: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("nats: tls.caFile: %s holds no PEM certificate", t.CAFile)
-			}
-			tc.RootCAs = pool
-		}
-		if t.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("nats: tls.certFile/keyFile: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
+		f = tlsfiles.Files{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}
+	}
+	tc, err := tlsfiles.Config("nats", f)
+	if err != nil {
+		return nil, err
 	}
 	return natsgo.Secure(tc), nil
 }
