@@ -27,30 +27,9 @@ func realBrokers(t *testing.T, ns string, buffer int) (string, *kafkatest.Broker
 	t.Helper()
 	kb := kafkatest.Start(t, nil)
 	nsrv := natstest.Start(t)
-	stream := "KW_" + strings.ToUpper(strings.ReplaceAll(ns, "-", "_"))
-	return fmt.Sprintf(`apiVersion: kubewire.io/v1alpha1
-kind: Config
-cluster: faults
-dispatch: {bufferEvents: %d, drainTimeout: 60s}
-resources:
-  - {version: v1, resource: configmaps, namespaces: [%s], sinks: [kafka, js, out]}
-sinks:
-  - name: out
-    type: stdout
-  - name: kafka
-    type: kafka
-    kafka:
-      brokers: [%q]
-      topic: "k8s.%s.{resource}"
-      createTopics: {partitions: 3, replicationFactor: 1}
-  - name: js
-    type: nats
-    nats:
-      mode: jetstream
-      servers: [%q]
-      subject: "kw.%s.{namespace}.{name}"
-      jetstream: {stream: {name: %s}}
-`, buffer, ns, kb.Addr, ns, nsrv.URL(), ns, stream), kb, nsrv
+	cfg := brokerConfig(ns, kb.Addr, nsrv.URL(), fmt.Sprintf("dispatch: {bufferEvents: %d, drainTimeout: 60s}\n", buffer),
+		"  - name: out\n    type: stdout\n")
+	return cfg, kb, nsrv
 }
 
 func heap() uint64 {

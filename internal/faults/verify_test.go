@@ -42,26 +42,7 @@ func brokers(t *testing.T, ns string) string {
 		t.Fatal("nats-server not ready")
 	}
 	t.Cleanup(func() { ns2.Shutdown(); ns2.WaitForShutdown() })
-	return fmt.Sprintf(`apiVersion: kubewire.io/v1alpha1
-kind: Config
-cluster: faults
-resources:
-  - {version: v1, resource: configmaps, namespaces: [%s], sinks: [kafka, js]}
-sinks:
-  - name: kafka
-    type: kafka
-    kafka:
-      brokers: [%q]
-      topic: "k8s.%s.{resource}"
-      createTopics: {partitions: 3, replicationFactor: 1}
-  - name: js
-    type: nats
-    nats:
-      mode: jetstream
-      servers: [%q]
-      subject: "kw.%s.{namespace}.{name}"
-      jetstream: {stream: {name: KW_%s}}
-`, ns, kc.ListenAddrs()[0], ns, ns2.ClientURL(), ns, strings.ToUpper(strings.ReplaceAll(ns, "-", "_")))
+	return brokerConfig(ns, kc.ListenAddrs()[0], ns2.ClientURL(), "", "")
 }
 
 func verifyUntilConverged(t *testing.T, cfg *config.Config, sink string, also ...func(*verify.Report) bool) *verify.Report {
@@ -212,4 +193,34 @@ func TestVerifyJudgesSuppressedUpdatesByContentNotResourceVersion(t *testing.T) 
 			t.Fatalf("%s: divergent %v, want the missed change reported as stale", sink, d)
 		}
 	}
+}
+
+// brokerConfig routes ns's ConfigMaps to a Kafka sink "kafka" and a
+// JetStream sink "js", each in its own topic and stream, and to a stdout
+// sink "out" when extraSinks defines it.
+func brokerConfig(ns, kafkaAddr, natsURL, dispatch, extraSinks string) string {
+	refs := "kafka, js"
+	if extraSinks != "" {
+		refs += ", out"
+	}
+	return fmt.Sprintf(`apiVersion: kubewire.io/v1alpha1
+kind: Config
+cluster: faults
+%sresources:
+  - {version: v1, resource: configmaps, namespaces: [%s], sinks: [%s]}
+sinks:
+%s  - name: kafka
+    type: kafka
+    kafka:
+      brokers: [%q]
+      topic: "k8s.%s.{resource}"
+      createTopics: {partitions: 3, replicationFactor: 1}
+  - name: js
+    type: nats
+    nats:
+      mode: jetstream
+      servers: [%q]
+      subject: "kw.%s.{namespace}.{name}"
+      jetstream: {stream: {name: KW_%s}}
+`, dispatch, ns, refs, extraSinks, kafkaAddr, ns, natsURL, ns, strings.ToUpper(strings.ReplaceAll(ns, "-", "_")))
 }
