@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -117,8 +118,22 @@ func batch(t *testing.T, h Harness) {
 	sent = append(sent, mustEvent(t, &informer.Change{Op: informer.OpSnapshotStarted, Resource: Resource,
 		Key: Resource.KeyPrefix, SnapshotID: "snap-1", Observed: observed}))
 
-	if err := s.Write(ctx, sent); err != nil {
-		t.Fatalf("Write of %d events: %v", len(sent), err)
+	// A Write may fail transiently (a partition whose leader is not known
+	// yet right after the topic was created, say); the contract is that the
+	// caller resends the whole batch, as the dispatcher does.
+	for attempt := 1; ; attempt++ {
+		err := s.Write(ctx, sent)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, sinks.ErrPermanent) || ctx.Err() != nil {
+			t.Fatalf("Write of %d events (attempt %d): %v", len(sent), attempt, err)
+		}
+		t.Logf("Write of %d events failed (attempt %d), resending: %v", len(sent), attempt, err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	got := waitForAll(ctx, t, read, sent, h.Timeout)
 	byID := map[string]*event.Event{}
