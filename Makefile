@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 IMAGE     ?= ghcr.io/kubewire/kubewire:$(VERSION)
 LDFLAGS   := -X github.com/kubewire/kubewire/internal/version.Version=$(VERSION)
 
-.PHONY: all build test e2e bench lint demo testbin manifests image clean
+.PHONY: all build test e2e bench bench-quick bench-apiserver lint demo testbin manifests image clean
 
 all: build
 
@@ -27,7 +27,15 @@ e2e: testbin
 
 ## bench: benchmarks (never part of make test)
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.out
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 -timeout 40m ./... | tee bench.out
+
+## bench-quick: every benchmark once at a small fixed N, so the harness cannot rot (CI runs it)
+bench-quick:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 100x -count 1 -timeout 15m ./...
+
+## bench-apiserver: snapshot time, heap per object, peak RSS and latency against a real kube-apiserver
+bench-apiserver: testbin
+	$(GO) test -tags bench -run 'APIServer' -v -timeout 60m ./internal/perf | tee bench-apiserver.out
 
 ## lint: formatting and vet
 lint:
@@ -48,4 +56,4 @@ image:
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 clean:
-	rm -rf bin bench.out
+	rm -rf bin bench.out bench-apiserver.out

@@ -1,0 +1,471 @@
+//go:build bench
+
+package perf
+
+// The harnesses in this file run kubewire, as the app wires it, against a
+// real etcd and kube-apiserver. They take minutes and need the testbin
+// binaries, so they are behind the "bench" build tag and never part of
+// make test. They are tests, not benchmarks, because each produces a few
+// figures from one long run rather than a per-op time; the figures are
+// logged with t.Logf in one "RESULT" line each, for docs/benchmarks.md.
+//
+//	go test -tags bench -run 'APIServer' -v -timeout 60m ./internal/perf
+//	KUBEWIRE_BENCH_N=100000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
+//	KUBEWIRE_BENCH_RATES=200,1000 KUBEWIRE_BENCH_SECONDS=20 go test -tags bench -run 'Latency' -v ./internal/perf
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/app"
+	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	c, err := testcluster.Start(ctx, testcluster.Options{Progress: os.Stderr})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the test cluster:", err)
+		return 1
+	}
+	defer c.Stop()
+	cluster = c
+	return m.Run()
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// adminConfig is the admin's REST config without client-side throttling, so
+// the fixture writers are limited by the apiserver, not by client-go.
+func adminConfig() *rest.Config {
+	rc := cluster.RESTConfig(testcluster.AdminUser)
+	rc.QPS, rc.Burst = 5000, 10000
+	return rc
+}
+
+func createNamespace(t *testing.T, kube kubernetes.Interface, name string) {
+	t.Helper()
+	_, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createConfigMaps creates n generated ConfigMaps in ns with 32 writers and
+// returns how long it took.
+func createConfigMaps(t *testing.T, dyn dynamic.Interface, ns string, n int) time.Duration {
+	t.Helper()
+	ri := dyn.Resource(benchdata.ConfigMaps.GVR).Namespace(ns)
+	start := time.Now()
+	next := atomic.Int64{}
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || failed.Load() != nil {
+					return
+				}
+				o := benchdata.ConfigMap(benchdata.DefaultSeed, i)
+				m := o["metadata"].(map[string]any)
+				// What the server sets itself, it must not be sent.
+				for _, f := range []string{"uid", "creationTimestamp", "managedFields"} {
+					delete(m, f)
+				}
+				m["namespace"] = ns
+				if _, err := ri.Create(context.Background(), &unstructured.Unstructured{Object: o}, metav1.CreateOptions{}); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatalf("creating ConfigMaps: %v", err)
+	}
+	return time.Since(start)
+}
+
+// servedJSONBytes is the mean size of the objects in ns as the apiserver
+// serves them (managedFields included), read page by page so the
+// measurement itself holds little memory.
+func servedJSONBytes(t *testing.T, dyn dynamic.Interface, ns string) (mean float64, count int) {
+	t.Helper()
+	ri := dyn.Resource(benchdata.ConfigMaps.GVR).Namespace(ns)
+	total := 0
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		l, err := ri.List(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range l.Items {
+			b, err := json.Marshal(l.Items[i].Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += len(b)
+			count++
+		}
+		if opts.Continue = l.GetContinue(); opts.Continue == "" {
+			break
+		}
+	}
+	return float64(total) / float64(count), count
+}
+
+// run is one in-process kubewire started through app.New with a config file
+// as a user writes it. Its one sink's adapter is wrapped in an acker.
+type run struct {
+	ack    *acker
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startKubewire(t *testing.T, cfgYAML string) *run {
+	t.Helper()
+	cfg, err := config.Parse([]byte(cfgYAML))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	r := &run{done: make(chan struct{})}
+	reg := app.DefaultRegistry()
+	for typ, f := range reg {
+		reg[typ] = func(c config.Sink, d sinks.Deps) (sinks.Sink, error) {
+			s, err := f(c, d)
+			if err != nil {
+				return nil, err
+			}
+			r.ack = newAcker(s)
+			return r.ack, nil
+		}
+	}
+	a, err := app.New(app.Options{Config: cfg, REST: cluster.RESTConfig(testcluster.AdminUser), Logger: quiet, Registry: reg})
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() {
+		defer close(r.done)
+		a.Run(ctx)
+	}()
+	return r
+}
+
+func (r *run) stop() {
+	r.cancel()
+	<-r.done
+}
+
+func kubewireConfig(ns, sinkYAML string) string {
+	return `apiVersion: kubewire.io/v1alpha1
+kind: Config
+cluster: bench
+sinks:
+` + sinkYAML + `
+resources:
+  - {version: v1, resource: configmaps, namespaces: [` + ns + `], sinks: [out]}
+`
+}
+
+func kfakeSinkYAML(addr string) string {
+	return `  - name: out
+    type: kafka
+    kafka:
+      brokers: [` + addr + `]
+      createTopics: {partitions: 6, replicationFactor: 1}`
+}
+
+func jetStreamSinkYAML(url string) string {
+	return `  - name: out
+    type: nats
+    nats:
+      servers: [` + url + `]
+      jetstream:
+        stream: {name: KUBEWIRE}`
+}
+
+// peakRSS is VmHWM, the process's peak resident set, in bytes.
+func peakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+// resetPeakRSS makes VmHWM start again from the current RSS (Linux's
+// clear_refs value 5), so the peak is that of the phase being measured.
+func resetPeakRSS() {
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+func heapAfterGC() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// TestSnapshotAgainstAPIServer creates N ConfigMaps (KUBEWIRE_BENCH_N,
+// default 10,000), starts kubewire with a Kafka sink on kfake, and reports
+// the time from start to the acknowledged snapshot.completed marker, the
+// heap each cached object holds, and the peak RSS of the run.
+//
+// The heap per object is the difference between the live heap with kubewire
+// synced and idle, and after it stopped, both after GC; what the in-process
+// kfake stores is in both and cancels out. The peak RSS is the test
+// process's, and so includes kfake holding every record it was sent.
+func TestSnapshotAgainstAPIServer(t *testing.T) {
+	n := envInt("KUBEWIRE_BENCH_N", 10000)
+	rc := adminConfig()
+	kube := kubernetes.NewForConfigOrDie(rc)
+	dyn := dynamic.NewForConfigOrDie(rc)
+	ns := fmt.Sprintf("bench-snapshot-%d", n)
+	createNamespace(t, kube, ns)
+	created := createConfigMaps(t, dyn, ns, n)
+	jsonMean, listed := servedJSONBytes(t, dyn, ns)
+	if listed != n {
+		t.Fatalf("listed %d ConfigMaps, created %d", listed, n)
+	}
+	addr := startKfake(t)
+
+	base := heapAfterGC()
+	resetPeakRSS()
+	start := time.Now()
+	r := startKubewire(t, kubewireConfig(ns, kfakeSinkYAML(addr)))
+	select {
+	case <-r.ack.synced:
+	case <-time.After(30 * time.Minute):
+		t.Fatal("snapshot not acknowledged within 30m")
+	}
+	snapshot := time.Since(start)
+	rss := peakRSS()
+	with := heapAfterGC()
+	r.stop()
+	r = nil
+	after := heapAfterGC()
+	perObj := float64(int64(with)-int64(after)) / float64(n)
+	t.Logf("RESULT snapshot N=%d created_in=%s (%.0f/s) snapshot_published_in=%s (%.0f objects/s) heap_per_object=%.0fB json_per_object=%.0fB ratio=%.2f heap_base=%dMiB heap_synced=%dMiB peak_rss=%dMiB",
+		n, created.Round(time.Millisecond), float64(n)/created.Seconds(), snapshot.Round(time.Millisecond), float64(n)/snapshot.Seconds(),
+		perObj, jsonMean, perObj/jsonMean, base>>20, with>>20, rss>>20)
+}
+
+// latencySample is one change: when it was written, seen by the informer,
+// and acknowledged by the broker.
+type latencySample struct{ written, observed, acked time.Time }
+
+// TestLatencyAgainstAPIServer patches ConfigMaps at a fixed rate
+// (KUBEWIRE_BENCH_RATES, default "200,1000" per second, for
+// KUBEWIRE_BENCH_SECONDS, default 10) and measures, per change, the time from
+// the moment the patch was sent to the moment the broker acknowledged its
+// event. The write time travels in the object (data.writtenAt, Unix
+// nanoseconds) and is read back from the acknowledged event; the event's time
+// attribute (when kubewire observed the change) splits the latency into
+// apiserver+watch and kubewire+broker.
+func TestLatencyAgainstAPIServer(t *testing.T) {
+	seconds := envInt("KUBEWIRE_BENCH_SECONDS", 10)
+	var rates []int
+	for _, s := range strings.Split(cmpOr(os.Getenv("KUBEWIRE_BENCH_RATES"), "200,1000"), ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || r <= 0 {
+			t.Fatalf("KUBEWIRE_BENCH_RATES: %q is not a rate", s)
+		}
+		rates = append(rates, r)
+	}
+	brokers := []struct {
+		name string
+		yaml func(t *testing.T) string
+	}{
+		{"kfake", func(t *testing.T) string { return kfakeSinkYAML(startKfake(t)) }},
+		{"jetstream", func(t *testing.T) string { return jetStreamSinkYAML(startJetStream(t)) }},
+	}
+	for _, b := range brokers {
+		for _, rate := range rates {
+			t.Run(fmt.Sprintf("%s/%d-per-s", b.name, rate), func(t *testing.T) {
+				measureLatency(t, b.yaml(t), rate, seconds)
+			})
+		}
+	}
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func measureLatency(t *testing.T, sinkYAML string, rate, seconds int) {
+	const objects = 500
+	rc := adminConfig()
+	kube := kubernetes.NewForConfigOrDie(rc)
+	dyn := dynamic.NewForConfigOrDie(rc)
+	ns := fmt.Sprintf("bench-latency-%d-%d", rate, time.Now().UnixNano()%100000)
+	createNamespace(t, kube, ns)
+	createConfigMaps(t, dyn, ns, objects)
+
+	var mu sync.Mutex
+	var samples []latencySample
+	total := rate * seconds
+	all := make(chan struct{})
+	r := startKubewire(t, kubewireConfig(ns, sinkYAML))
+	r.ack.setOnAck(func(evs []*event.Event, at time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range evs {
+			if ev.Type() != encoding.TypeUpdated {
+				continue
+			}
+			w, ok := writtenAt(ev.Data())
+			if !ok {
+				continue
+			}
+			samples = append(samples, latencySample{written: w, observed: ev.Time(), acked: at})
+			if len(samples) == total {
+				close(all)
+			}
+		}
+	})
+	defer r.stop()
+	select {
+	case <-r.ack.synced:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("initial snapshot not acknowledged within 5m")
+	}
+
+	// Open loop: a tick per change, handed to a pool of writers so a slow
+	// response does not delay the next write. The time recorded is when the
+	// request is sent.
+	ri := dyn.Resource(benchdata.ConfigMaps.GVR).Namespace(ns)
+	names := make([]string, objects)
+	for i := range names {
+		names[i] = benchdata.ConfigMap(benchdata.DefaultSeed, i)["metadata"].(map[string]any)["name"].(string)
+	}
+	jobs := make(chan int, total)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for i := range jobs {
+				patch := []byte(`{"data":{"writtenAt":"` + strconv.FormatInt(time.Now().UnixNano(), 10) + `"}}`)
+				if _, err := ri.Patch(context.Background(), names[i%objects], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	// A ticker drops ticks when the machine is busy, so each tick releases
+	// every write that is due by the clock, keeping the average rate.
+	start := time.Now()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	for i := 0; i < total; {
+		<-tick.C
+		due := min(total, int(time.Since(start).Seconds()*float64(rate)))
+		for ; i < due; i++ {
+			jobs <- i
+		}
+	}
+	tick.Stop()
+	close(jobs)
+	wg.Wait()
+	sent := time.Since(start)
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d patches failed", n)
+	}
+	select {
+	case <-all:
+	case <-time.After(2 * time.Minute):
+		mu.Lock()
+		got := len(samples)
+		mu.Unlock()
+		t.Fatalf("only %d of %d changes acknowledged within 2m of the last write", got, total)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	e2e := make([]time.Duration, len(samples))
+	watch := make([]time.Duration, len(samples))
+	pipe := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		e2e[i], watch[i], pipe[i] = s.acked.Sub(s.written), s.observed.Sub(s.written), s.acked.Sub(s.observed)
+	}
+	t.Logf("RESULT latency %s target=%d/s achieved=%.0f/s changes=%d write->ack p50=%s p99=%s max=%s | write->observed p50=%s p99=%s | observed->ack p50=%s p99=%s max=%s",
+		t.Name(), rate, float64(total)/sent.Seconds(), total,
+		pct(e2e, 50), pct(e2e, 99), pct(e2e, 100), pct(watch, 50), pct(watch, 99), pct(pipe, 50), pct(pipe, 99), pct(pipe, 100))
+}
+
+// writtenAt finds data.writtenAt in a ConfigMap's JSON without decoding it.
+func writtenAt(data []byte) (time.Time, bool) {
+	const key = `"writtenAt":"`
+	i := bytes.Index(data, []byte(key))
+	if i < 0 {
+		return time.Time{}, false
+	}
+	rest := data[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	ns, err := strconv.ParseInt(string(rest[:j]), 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
+}
+
+// pct is the p-th percentile (nearest rank) of ds; 100 is the max.
+func pct(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return s[i].Round(100 * time.Microsecond)
+}

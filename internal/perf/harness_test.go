@@ -1,0 +1,251 @@
+package perf
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	natssink "github.com/kubewire/kubewire/sinks/nats"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// acker wraps the sink under test and observes what the broker acknowledged:
+// a Write that returns nil is the ack of all its events. It counts live
+// updates (closing done when target is reached), notices the end of the
+// initial snapshot, and hands each acknowledged batch to onAck.
+type acker struct {
+	sinks.Sink
+	updates  atomic.Int64
+	target   atomic.Int64
+	done     chan struct{}
+	doneOnce sync.Once
+	synced   chan struct{}
+	// hook is called with every acknowledged batch. It is installed while
+	// the sink is already running, hence atomic: use setOnAck.
+	hook atomic.Pointer[func(evs []*event.Event, at time.Time)]
+}
+
+// setOnAck installs f to be called with every acknowledged batch; safe
+// while writes are under way.
+func (a *acker) setOnAck(f func(evs []*event.Event, at time.Time)) { a.hook.Store(&f) }
+
+func newAcker(s sinks.Sink) *acker {
+	a := &acker{Sink: s, done: make(chan struct{}), synced: make(chan struct{})}
+	a.target.Store(-1)
+	return a
+}
+
+func (a *acker) Write(ctx context.Context, evs []*event.Event) error {
+	if err := a.Sink.Write(ctx, evs); err != nil {
+		return err
+	}
+	at := time.Now()
+	n := 0
+	for _, ev := range evs {
+		switch ev.Type() {
+		case encoding.TypeUpdated:
+			n++
+		case encoding.TypeSnapshotCompleted:
+			close(a.synced)
+		}
+	}
+	if f := a.hook.Load(); f != nil {
+		(*f)(evs, at)
+	}
+	if n > 0 {
+		if got := a.updates.Add(int64(n)); got == a.target.Load() {
+			a.doneOnce.Do(func() { close(a.done) })
+		}
+	}
+	return nil
+}
+
+// expect arms done to close after n live updates in total.
+func (a *acker) expect(n int64) {
+	a.target.Store(n)
+	if a.updates.Load() >= n {
+		a.doneOnce.Do(func() { close(a.done) })
+	}
+}
+
+// discard is a sink that acknowledges at once: the pipeline without a broker.
+type discard struct{}
+
+func (discard) Connect(context.Context) error               { return nil }
+func (discard) Write(context.Context, []*event.Event) error { return nil }
+func (discard) Close(context.Context) error                 { return nil }
+
+// brokerKind names a sink under test and builds it, starting its broker.
+type brokerKind struct {
+	name string
+	new  func(tb testing.TB) sinks.Sink
+}
+
+var brokers = []brokerKind{
+	{"discard", func(testing.TB) sinks.Sink { return discard{} }},
+	{"kfake", func(tb testing.TB) sinks.Sink { return kafkaSink(tb, startKfake(tb)) }},
+	{"jetstream", func(tb testing.TB) sinks.Sink { return jetStreamSink(tb, startJetStream(tb)) }},
+}
+
+// startKfake runs kfake in this process and returns its address.
+func startKfake(tb testing.TB) string {
+	tb.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(6))
+	if err != nil {
+		tb.Fatalf("kfake: %v", err)
+	}
+	tb.Cleanup(c.Close)
+	return c.ListenAddrs()[0]
+}
+
+// startJetStream runs a real nats-server with JetStream in this process,
+// storing to files as a production server does.
+func startJetStream(tb testing.TB) string {
+	tb.Helper()
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: tb.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		tb.Fatalf("nats-server: %v", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		tb.Fatal("nats-server did not become ready")
+	}
+	tb.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv.ClientURL()
+}
+
+// validated applies defaults to a one-resource, one-sink configuration and
+// validates it, as kubewire does with its file.
+func validated(tb testing.TB, k benchdata.Kind, s config.Sink) *config.Config {
+	tb.Helper()
+	c := &config.Config{
+		APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "bench",
+		Resources: []config.Resource{{Group: k.GVR.Group, Version: k.GVR.Version, Resource: k.GVR.Resource, Sinks: []string{s.Name}}},
+		Sinks:     []config.Sink{s},
+	}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		tb.Fatalf("benchmark config is invalid: %v", err)
+	}
+	return c
+}
+
+func kafkaSink(tb testing.TB, addr string) sinks.Sink {
+	tb.Helper()
+	c := validated(tb, benchdata.Pods, config.Sink{Name: "kafka", Type: config.SinkTypeKafka, Kafka: &config.KafkaSink{
+		Brokers: []string{addr}, CreateTopics: &config.KafkaCreateTopics{Partitions: 6, ReplicationFactor: 1},
+	}})
+	s, err := kafka.New(c.Sinks[0], sinks.Deps{Logger: quiet})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func jetStreamSink(tb testing.TB, url string) sinks.Sink {
+	tb.Helper()
+	c := validated(tb, benchdata.Pods, config.Sink{Name: "jetstream", Type: config.SinkTypeNATS, NATS: &config.NATSSink{
+		Servers: []string{url}, Mode: config.NATSModeJetStream,
+		JetStream: &config.NATSJetStream{Stream: &config.NATSStream{Name: "KUBEWIRE"}},
+	}})
+	s, err := natssink.New(c.Sinks[0], sinks.Deps{Logger: quiet})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// staticMapper resolves the benchmark kinds without a discovery endpoint.
+type staticMapper struct{ *meta.DefaultRESTMapper }
+
+func (staticMapper) Reset() {}
+
+func mapperFor(k benchdata.Kind) meta.ResettableRESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	scope := meta.RESTScopeRoot
+	if k.Namespaced {
+		scope = meta.RESTScopeNamespace
+	}
+	m.Add(k.GVR.GroupVersion().WithKind(k.Kind), scope)
+	return staticMapper{m}
+}
+
+// fanout is what the app puts between a watcher and its dispatchers.
+type fanout []*sinks.Dispatcher
+
+func (f fanout) Enqueue(c *informer.Change) {
+	it := sinks.NewItem(c)
+	for _, d := range f {
+		d.Enqueue(it)
+	}
+}
+
+// pipeline is kubewire's data path for one resource and one sink, wired as
+// internal/app wires it, reading from a replayed apiserver.
+type pipeline struct {
+	ack    *acker
+	d      *sinks.Dispatcher
+	cancel context.CancelFunc
+	ran    chan struct{}
+}
+
+func startPipeline(tb testing.TB, k benchdata.Kind, apiserver string, sink sinks.Sink) *pipeline {
+	tb.Helper()
+	cfg := validated(tb, k, config.Sink{Name: "out", Type: config.SinkTypeStdout})
+	dyn, err := dynamic.NewForConfig(&rest.Config{Host: apiserver, QPS: cfg.Client.QPS, Burst: cfg.Client.Burst})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &pipeline{ack: newAcker(sink), ran: make(chan struct{})}
+	p.d = sinks.NewDispatcher("out", p.ack, sinks.Options{
+		Shards: cfg.Dispatch.Shards, BufferEvents: cfg.Dispatch.BufferEvents, BatchSize: cfg.Dispatch.BatchSize, Logger: quiet,
+	})
+	w := informer.NewWatcher(informer.Options{
+		Cluster: cfg.Cluster, Resource: cfg.Resources[0], Dynamic: dyn, Mapper: mapperFor(k),
+		Out: fanout{p.d}, Logger: quiet,
+	})
+	var ctx context.Context
+	ctx, p.cancel = context.WithCancel(context.Background())
+	p.d.Start()
+	go func() {
+		defer close(p.ran)
+		w.Run(ctx)
+	}()
+	return p
+}
+
+// stop stops the informer, then drains the dispatcher.
+func (p *pipeline) stop() {
+	p.cancel()
+	<-p.ran
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p.d.Close(ctx)
+}
+
+// cpuTime is the user and system CPU time of this process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

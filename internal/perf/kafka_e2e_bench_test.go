@@ -1,0 +1,25 @@
+//go:build e2e
+
+package perf
+
+import (
+	"testing"
+
+	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/kafkatest"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+// BenchmarkE2EPipelineRealKafka is BenchmarkPipeline into a real Apache
+// Kafka broker. The broker is a separate process, so cpu-µs/event here is
+// kubewire's (and the replay server's) alone. One broker serves every
+// sub-benchmark; it takes a while to start.
+//
+//	go test -tags e2e -run '^$' -bench E2EPipeline -benchmem ./internal/perf
+func BenchmarkE2EPipelineRealKafka(b *testing.B) {
+	broker := kafkatest.Start(b, nil)
+	real := brokerKind{"kafka", func(tb testing.TB) sinks.Sink { return kafkaSink(tb, broker.Addr) }}
+	for _, k := range benchdata.Kinds {
+		b.Run(k.Name, func(b *testing.B) { benchPipeline(b, real, k) })
+	}
+}
