@@ -88,7 +88,7 @@ func Event(c *informer.Change) (*event.Event, error) {
 		}
 		data, err = json.Marshal(m)
 	} else {
-		o := c.Object
+		o := objectOf(c)
 		if o == nil {
 			return nil, fmt.Errorf("encoding: %s change for %s has no object", c.Op, c.Key)
 		}

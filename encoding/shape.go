@@ -24,6 +24,10 @@ func setChangedBy(ev *event.Event, c *informer.Change) {
 	if c.Op == informer.OpDeleted {
 		return
 	}
+	if c.Raw != nil {
+		setRawChangedBy(ev, c.Raw)
+		return
+	}
 	cb, ok := shape.ChangedByOf(c.Object.Object)
 	if !ok {
 		return
@@ -42,6 +46,9 @@ func setChangedBy(ev *event.Event, c *informer.Change) {
 // objectData is the data of an object event in the resource's payload mode.
 // kubewire's private key never reaches it.
 func objectData(c *informer.Change) ([]byte, error) {
+	if c.Raw != nil {
+		return rawData(c)
+	}
 	o := c.Object.Object
 	switch c.Resource.Payload {
 	case shape.PayloadReference:

@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kubewire/kubewire/informer/raw"
 )
 
 // Op is what happened to an object, or which snapshot marker a Change is.
@@ -84,6 +86,10 @@ type Change struct {
 	Object *unstructured.Unstructured
 	// OldObject is the previous state, for updates only.
 	OldObject *unstructured.Unstructured
+	// Raw and OldRaw replace Object and OldObject for a resource with
+	// cache: raw. Exactly one of Object and Raw is set on an object event.
+	Raw    *raw.Object
+	OldRaw *raw.Object
 	// FinalStateUnknown marks a delete noticed only through a relist
 	// (cache.DeletedFinalStateUnknown): Object may be older than the
 	// object's real final state.
@@ -100,4 +106,15 @@ type Change struct {
 // describing an object.
 func (c *Change) IsMarker() bool {
 	return c.Op == OpSnapshotStarted || c.Op == OpSnapshotCompleted
+}
+
+// ObjectUID returns the uid of the change's object, and false for a marker.
+func (c *Change) ObjectUID() (string, bool) {
+	switch {
+	case c.Object != nil:
+		return string(c.Object.GetUID()), true
+	case c.Raw != nil:
+		return string(c.Raw.GetUID()), true
+	}
+	return "", false
 }

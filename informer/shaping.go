@@ -25,6 +25,10 @@ type shaper struct {
 	involved string
 	// filterLogged makes a failing filter log once, not once per event.
 	filterLogged atomic.Bool
+	// updates and ignorePaths let the raw path (rawpath.go) pick a byte
+	// comparison over decoding when the update mode allows it.
+	updates     string
+	ignorePaths bool
 }
 
 func newShaper(cfg config.Resource, name string, log *slog.Logger) (*shaper, error) {
@@ -47,6 +51,7 @@ func newShaper(cfg config.Resource, name string, log *slog.Logger) (*shaper, err
 		mode = shape.UpdatesChanged
 	}
 	s.suppress = shape.NewSuppressor(mode, ignore)
+	s.updates, s.ignorePaths = mode, len(ignore) > 0
 	if cfg.KeyBy == shape.KeyByInvolvedObject {
 		s.involved, _ = shape.EventsResource(cfg.Group, cfg.Resource)
 	}

@@ -22,8 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
 )
@@ -50,6 +52,9 @@ type Options struct {
 	Access authorizationclient.SelfSubjectAccessReviewInterface
 	Out    Output
 	Logger *slog.Logger
+	// REST is a JSON client for any group and version (raw.NewRESTClient),
+	// used by resources with cache: raw.
+	REST rest.Interface
 	// RetryMax caps the wait between attempts to resolve the resource or to
 	// regain permission (default 10s).
 	RetryMax time.Duration
@@ -126,7 +131,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	}
 	w.res.Payload = w.cfg.Payload
-	w.informer = w.newInformer()
+	if w.cfg.RawCache() {
+		if w.informer, err = w.newRawInformer(); err != nil {
+			return err
+		}
+	} else {
+		w.informer = w.newInformer()
+	}
 
 	snap := w.cfg.Emits(config.OpSynced)
 	initialStart := time.Now()
@@ -196,6 +207,9 @@ func (w *Watcher) Snapshot() {
 		if u, isU := obj.(*unstructured.Unstructured); ok && isU && w.shape.keep(OpSynced, u, nil) {
 			w.opt.Out.Enqueue(w.change(OpSynced, u, now, id))
 			n++
+		} else if r, isR := obj.(*raw.Object); ok && isR && w.shape.keepRaw(OpSynced, r, nil) {
+			w.opt.Out.Enqueue(w.changeRaw(OpSynced, r, now, id))
+			n++
 		}
 		w.emitMu.Unlock()
 	}
@@ -248,6 +262,9 @@ func (w *Watcher) emit(c *Change) {
 func (w *Watcher) onAdd(obj any, initial bool) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
+		if r, isR := obj.(*raw.Object); isR {
+			w.onAddRaw(r, initial)
+		}
 		return
 	}
 	if initial && w.initialID != "" {
@@ -267,6 +284,12 @@ func (w *Watcher) onAdd(obj any, initial bool) {
 func (w *Watcher) onUpdate(oldObj, newObj any) {
 	o, ok1 := oldObj.(*unstructured.Unstructured)
 	n, ok2 := newObj.(*unstructured.Unstructured)
+	if ro, isR := oldObj.(*raw.Object); isR {
+		if rn, isR := newObj.(*raw.Object); isR {
+			w.onUpdateRaw(ro, rn)
+		}
+		return
+	}
 	// An unchanged resourceVersion is a relist or resync re-delivering what
 	// was already emitted, not a change.
 	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() || !w.cfg.Emits(config.OpUpdated) ||
@@ -282,6 +305,10 @@ func (w *Watcher) onDelete(obj any) {
 	unknown := false
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj, unknown = d.Obj, true
+	}
+	if r, isR := obj.(*raw.Object); isR {
+		w.onDeleteRaw(r, unknown)
+		return
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok || !w.cfg.Emits(config.OpDeleted) || !w.shape.keep(OpDeleted, u, nil) {

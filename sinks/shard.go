@@ -145,5 +145,7 @@ func (s *shard) pop() {
 // They may not: with keyBy involvedObject every Event about a Pod shares
 // the Pod's key, and folding one Event into another would lose the first.
 func sameObject(a, b *informer.Change) bool {
-	return a.Object != nil && b.Object != nil && a.Object.GetUID() == b.Object.GetUID()
+	ua, okA := a.ObjectUID()
+	ub, okB := b.ObjectUID()
+	return okA && okB && ua == ub
 }

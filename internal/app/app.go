@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/version"
 	"github.com/kubewire/kubewire/sinks"
@@ -86,6 +87,16 @@ func New(opt Options) (*App, error) {
 		return nil, fmt.Errorf("authorization client: %w", err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	// Resources with cache: raw read list and watch responses as bytes
+	// through a plain JSON client; built only when one needs it.
+	var rawREST rest.Interface
+	for _, r := range cfg.Resources {
+		if r.RawCache() && rawREST == nil {
+			if rawREST, err = raw.NewRESTClient(rc); err != nil {
+				return nil, fmt.Errorf("raw client: %w", err)
+			}
+		}
+	}
 
 	a := &App{opt: opt, log: opt.Logger, dispatchers: map[string]*sinks.Dispatcher{}}
 	deps := sinks.Deps{Stdout: opt.Stdout, Logger: opt.Logger}
@@ -110,6 +121,7 @@ func New(opt Options) (*App, error) {
 			Cluster:  cfg.Cluster,
 			Resource: rcfg,
 			Dynamic:  dyn,
+			REST:     rawREST,
 			Mapper:   mapper,
 			Access:   authz.SelfSubjectAccessReviews(),
 			Out:      out,

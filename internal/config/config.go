@@ -135,6 +135,9 @@ type Resource struct {
 	// KeyBy is the partition key of object events: "object" (default) or,
 	// for Events, "involvedObject".
 	KeyBy string `json:"keyBy,omitempty"`
+	// Cache is how the informer holds objects: "unstructured" (default) or
+	// "raw" (the served JSON bytes; see cache.go).
+	Cache string `json:"cache,omitempty"`
 	// Sinks names the sinks that receive this resource's events.
 	Sinks []string `json:"sinks"`
 }

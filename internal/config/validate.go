@@ -255,6 +255,7 @@ func validateResource(p *field.Path, r *Resource, sinkNames []string) field.Erro
 	}
 
 	errs = append(errs, validateShape(p, r)...)
+	errs = append(errs, validateCache(p, r)...)
 
 	kp := p.Child("sinks")
 	if len(r.Sinks) == 0 {

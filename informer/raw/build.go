@@ -1,0 +1,220 @@
+package raw
+
+import (
+	"errors"
+	"time"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// ErrNotObject is returned for bytes that are not a JSON object.
+var ErrNotObject = errors.New("raw: not a JSON object")
+
+// BuildOptions say how New turns served bytes into an Object.
+type BuildOptions struct {
+	// KeepManagedFields keeps metadata.managedFields in the bytes.
+	KeepManagedFields bool
+	// TypeMeta is `"kind":"…","apiVersion":"…"` to insert into an object
+	// that has neither, as list items of built-in types come. client-go's
+	// unstructured decoding fills them in the same way, so both cache modes
+	// publish the same data. Built once per list, not per item.
+	TypeMeta []byte
+}
+
+// str views b as a string without copying. The caller must not modify b
+// while the string is in use.
+func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// New builds an Object from the JSON of one object. in is not retained and
+// may be reused by the caller afterwards: New copies what it keeps into one
+// allocation sized for the result, so a cached object never pins the list
+// response or watch frame it came from.
+//
+// in must be valid JSON (it comes from a decoder that checked it, or from
+// the apiserver); New does not validate it again, that would double the
+// cost of the hot path.
+func New(in []byte, opt BuildOptions) (*Object, error) {
+	s := str(in)
+	open := skipSpace(s, 0)
+	if open >= len(s) || s[open] != '{' {
+		return nil, ErrNotObject
+	}
+	md := gjson.Get(s, "metadata")
+
+	// Find managedFields and the newest entry in one pass over metadata.
+	cutFrom, cutTo := -1, -1
+	var cb ChangedBy
+	var hasCB bool
+	if md.IsObject() {
+		md.ForEach(func(k, v gjson.Result) bool {
+			if k.Str != "managedFields" {
+				return true
+			}
+			cb, hasCB = newest(v)
+			if !opt.KeepManagedFields {
+				cutFrom, cutTo = memberSpan(s, k.Index, v.Index+len(v.Raw))
+			}
+			return true
+		})
+	}
+
+	var typeMeta []byte
+	if len(opt.TypeMeta) > 0 && stringValue(gjson.Get(s, "kind")) == "" &&
+		stringValue(gjson.Get(s, "apiVersion")) == "" {
+		typeMeta = opt.TypeMeta
+	}
+
+	n := len(in) + len(typeMeta)
+	if typeMeta != nil && !emptyObject(s, open) {
+		n++ // the comma after the inserted members
+	}
+	if cutFrom >= 0 {
+		n -= cutTo - cutFrom
+	}
+	buf := make([]byte, 0, n+len(cb.Manager)+len(cb.Operation)+len(cb.Time))
+	buf = append(buf, in[:open+1]...)
+	if typeMeta != nil {
+		buf = append(buf, typeMeta...)
+		if !emptyObject(s, open) {
+			buf = append(buf, ',')
+		}
+	}
+	if cutFrom >= 0 {
+		buf = append(buf, in[open+1:cutFrom]...)
+		buf = append(buf, in[cutTo:]...)
+	} else {
+		buf = append(buf, in[open+1:]...)
+	}
+	o := &Object{JSON: buf[:len(buf):len(buf)]}
+	if hasCB {
+		// The provenance strings live in the same allocation, after the
+		// JSON, because the bytes they came from have just been cut.
+		o.changedBy = ChangedBy{
+			Manager:   tail(&buf, cb.Manager),
+			Operation: tail(&buf, cb.Operation),
+			Time:      tail(&buf, cb.Time),
+		}
+		o.hasChangedBy = true
+	}
+	o.parseIdentity()
+	return o, nil
+}
+
+// parseIdentity reads the metadata the informer and events need. Strings
+// without escapes alias JSON, so they cost no allocation.
+func (o *Object) parseIdentity() {
+	md := o.metadata()
+	if !md.IsObject() {
+		return
+	}
+	md.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "name":
+			o.name = v.Str
+		case "namespace":
+			o.namespace = v.Str
+		case "uid":
+			o.uid = v.Str
+		case "resourceVersion":
+			o.resourceVersion = v.Str
+		case "generation":
+			o.generation = 0
+			if v.Type == gjson.Number {
+				o.generation = v.Int()
+			}
+		}
+		return true
+	})
+}
+
+// tail appends s to buf within its capacity and returns the appended bytes
+// as a string.
+func tail(buf *[]byte, s string) string {
+	if s == "" {
+		return ""
+	}
+	start := len(*buf)
+	*buf = append(*buf, s...)
+	b := (*buf)[start:]
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// newest picks the managedFields entry with the latest time, as
+// shape.ChangedByOf does for unstructured objects: entries without a valid
+// RFC 3339 time are skipped, and a tie goes to the later entry.
+func newest(entries gjson.Result) (ChangedBy, bool) {
+	var best ChangedBy
+	var bestT time.Time
+	found := false
+	entries.ForEach(func(_, e gjson.Result) bool {
+		if !e.IsObject() {
+			return true
+		}
+		var mgr, op, ts string
+		var hasTime bool
+		e.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "manager":
+				mgr = stringValue(v)
+			case "operation":
+				op = stringValue(v)
+			case "time":
+				ts, hasTime = stringValue(v), v.Type == gjson.String
+			}
+			return true
+		})
+		if !hasTime {
+			return true
+		}
+		t, err := time.Parse(time.RFC3339, ts)
+		if err != nil {
+			return true
+		}
+		if !found || !t.Before(bestT) {
+			best, bestT, found = ChangedBy{Manager: mgr, Operation: op, Time: ts}, t, true
+		}
+		return true
+	})
+	return best, found
+}
+
+func stringValue(v gjson.Result) string {
+	if v.Type != gjson.String {
+		return ""
+	}
+	return v.Str
+}
+
+// memberSpan returns the bytes to delete to remove the object member whose
+// key starts at keyStart and whose value ends at valueEnd, including one of
+// the commas around it, so the rest stays valid JSON. gjson found both ends;
+// this only looks at the whitespace and punctuation next to them.
+func memberSpan(s string, keyStart, valueEnd int) (int, int) {
+	if i := skipSpace(s, valueEnd); i < len(s) && s[i] == ',' {
+		return keyStart, i + 1
+	}
+	// The last member: take the comma before it, if any.
+	i := keyStart - 1
+	for i >= 0 && isSpace(s[i]) {
+		i--
+	}
+	if i >= 0 && s[i] == ',' {
+		return i, valueEnd
+	}
+	return keyStart, valueEnd
+}
+
+func emptyObject(s string, open int) bool {
+	i := skipSpace(s, open+1)
+	return i < len(s) && s[i] == '}'
+}
+
+func skipSpace(s string, i int) int {
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	return i
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

@@ -1,0 +1,259 @@
+package raw
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/kubewire/kubewire/internal/benchdata"
+)
+
+// seeds are the corpus of the fuzz test, and the cases of the unit tests:
+// objects as the apiserver serves them, and the awkward shapes valid JSON
+// allows.
+func seeds() [][]byte {
+	s := [][]byte{
+		benchdata.ReferencePod(),
+		[]byte(`{}`),
+		[]byte(` { } `),
+		[]byte(`{"metadata":{}}`),
+		[]byte(`{"metadata":{"managedFields":[]}}`),
+		[]byte(`{"metadata":{"name":"a","managedFields":[{"manager":"m","operation":"Update","time":"2024-01-02T03:04:05Z"}]}}`),
+		[]byte(`{"metadata":{"managedFields":[{"manager":"m","time":"2024-01-02T03:04:05Z"}],"name":"a"}}`),
+		[]byte("{\n  \"metadata\" : {\n    \"name\" : \"x\" ,\n    \"managedFields\" : [ ]\n  } ,\n  \"spec\":1\n}\n"),
+		[]byte(`{"metadata":{"name":"caf\u00e9 \"q\" \\ \ud83d\ude00","namespace":"n\/s","uid":"u","resourceVersion":"7","generation":12,"labels":{"a\u0062":"c\n"}}}`),
+		[]byte(`{"metadata":{"name":"日本語","annotations":{"k":"v"},"deletionTimestamp":"2024-01-02T03:04:05Z","generation":9007199254740993}}`),
+		[]byte(`{"metadata":{"managedFields":[{"manager":"old","operation":"Apply","time":"2024-01-02T03:04:05Z"},{"manager":"new","operation":"Update","time":"2024-01-02T03:04:06Z"},{"manager":"bad","time":"nope"}]}}`),
+		[]byte(`{"kind":"Widget","metadata":{"name":"w","managedFields":null},"data":{"managedFields":[1]}}`),
+	}
+	for _, k := range benchdata.Kinds {
+		s = append(s, k.JSON(benchdata.DefaultSeed, 1, 5))
+	}
+	return s
+}
+
+// want is what encoding/json finds in an object: the metadata fields the
+// raw path extracts.
+type want struct {
+	Metadata struct {
+		Name              string            `json:"name"`
+		Namespace         string            `json:"namespace"`
+		UID               string            `json:"uid"`
+		ResourceVersion   string            `json:"resourceVersion"`
+		Generation        int64             `json:"generation"`
+		Labels            map[string]string `json:"labels"`
+		Annotations       map[string]string `json:"annotations"`
+		DeletionTimestamp *metav1.Time      `json:"deletionTimestamp"`
+	} `json:"metadata"`
+}
+
+// uniqueKeys reports whether no object in b repeats a key. encoding/json
+// keeps the last of repeated keys and gjson finds the first; the apiserver
+// never repeats one, so such inputs are outside the contract.
+func uniqueKeys(b []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		keys  map[string]bool
+		inObj bool
+		key   bool // the next string token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		isKey := top != nil && top.inObj && top.key
+		if top != nil && top.inObj {
+			top.key = !top.key
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, &frame{keys: map[string]bool{}, inObj: true, key: true})
+			case '[':
+				stack = append(stack, &frame{})
+			default:
+				stack = stack[:len(stack)-1]
+				if len(stack) > 0 && stack[len(stack)-1].inObj {
+					// The closed container was a value: a key comes next.
+					stack[len(stack)-1].key = true
+				}
+			}
+		case string:
+			if isKey {
+				if top.keys[t] {
+					return false
+				}
+				top.keys[t] = true
+			}
+		}
+	}
+}
+
+// check compares New's result with encoding/json on in.
+func check(t *testing.T, in []byte, keep bool) {
+	t.Helper()
+	var full map[string]any
+	if json.Unmarshal(in, &full) != nil || !uniqueKeys(in) {
+		t.Skip("not a JSON object with unique keys")
+	}
+	var w want
+	metaOK := json.Unmarshal(in, &w) == nil
+	orig := append([]byte(nil), in...)
+	o, err := New(in, BuildOptions{KeepManagedFields: keep})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if !bytes.Equal(in, orig) {
+		t.Fatal("New modified its input")
+	}
+	if !json.Valid(o.JSON) {
+		t.Fatalf("result is not valid JSON: %s", o.JSON)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(o.JSON, &got); err != nil {
+		t.Fatal(err)
+	}
+	if md, ok := full["metadata"].(map[string]any); ok && !keep {
+		delete(md, "managedFields")
+	}
+	if !reflect.DeepEqual(got, full) {
+		t.Fatalf("bytes after the cut differ from the original minus managedFields:\n got %s\nfrom %s", o.JSON, in)
+	}
+	if !metaOK {
+		return // a field of the wrong type: encoding/json has no answer to compare with
+	}
+	m := w.Metadata
+	for _, c := range []struct{ field, got, want string }{
+		{"name", o.GetName(), m.Name}, {"namespace", o.GetNamespace(), m.Namespace},
+		{"uid", string(o.GetUID()), m.UID}, {"resourceVersion", o.GetResourceVersion(), m.ResourceVersion},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %q, encoding/json finds %q", c.field, c.got, c.want)
+		}
+	}
+	if o.GetGeneration() != m.Generation {
+		t.Errorf("generation = %d, encoding/json finds %d", o.GetGeneration(), m.Generation)
+	}
+	if got := o.GetLabels(); !(len(got) == 0 && len(m.Labels) == 0) && !reflect.DeepEqual(got, m.Labels) {
+		t.Errorf("labels = %v, encoding/json finds %v", got, m.Labels)
+	}
+	if got := o.GetAnnotations(); !(len(got) == 0 && len(m.Annotations) == 0) && !reflect.DeepEqual(got, m.Annotations) {
+		t.Errorf("annotations = %v, encoding/json finds %v", got, m.Annotations)
+	}
+	if got := o.GetDeletionTimestamp(); (got == nil) != (m.DeletionTimestamp == nil) ||
+		(got != nil && !got.Equal(m.DeletionTimestamp)) {
+		t.Errorf("deletionTimestamp = %v, encoding/json finds %v", got, m.DeletionTimestamp)
+	}
+}
+
+func TestNewMatchesEncodingJSONOnTheCorpus(t *testing.T) {
+	for i, s := range seeds() {
+		for _, keep := range []bool{false, true} {
+			t.Run(strings.ReplaceAll(string(s[:min(len(s), 40)]), "/", "_")+map[bool]string{true: "/keep"}[keep], func(t *testing.T) {
+				_ = i
+				check(t, s, keep)
+			})
+		}
+	}
+}
+
+// FuzzNew feeds random JSON to New. Its seed corpus runs in every `go test`;
+// `go test -fuzz FuzzNew ./informer/raw` explores further.
+func FuzzNew(f *testing.F) {
+	for _, s := range seeds() {
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, keep bool) {
+		check(t, in, keep)
+	})
+}
+
+func TestChangedByIsTheNewestEntryAndSurvivesTheCut(t *testing.T) {
+	o, err := New([]byte(`{"metadata":{"managedFields":[`+
+		`{"manager":"kubectl","operation":"Apply","time":"2024-01-02T03:04:06Z"},`+
+		`{"manager":"ctrl\u0021","operation":"Update","time":"2024-01-02T03:04:06Z"},`+
+		`{"manager":"older","operation":"Update","time":"2024-01-02T03:04:05Z"}]}}`), BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, ok := o.ChangedBy()
+	// A tie goes to the later entry, as shape.ChangedByOf decides.
+	if want := (ChangedBy{Manager: "ctrl!", Operation: "Update", Time: "2024-01-02T03:04:06Z"}); !ok || cb != want {
+		t.Fatalf("ChangedBy = %+v, %v; want %+v", cb, ok, want)
+	}
+	if string(o.JSON) != `{"metadata":{}}` {
+		t.Fatalf("JSON = %s", o.JSON)
+	}
+	if cap(o.JSON) != len(o.JSON) {
+		t.Fatal("JSON has spare capacity: an append by a sink would write into the provenance strings")
+	}
+}
+
+func TestListItemsWithoutTypeMetaGetTheListsKindAndAPIVersion(t *testing.T) {
+	body := []byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"42","continue":"c"},"items":[` +
+		`{"metadata":{"name":"a","namespace":"x","resourceVersion":"40"}},` +
+		`{"kind":"Pod","apiVersion":"v1","metadata":{"name":"b","namespace":"y"}},{}]}`)
+	l, err := ParseList(body, BuildOptions{}, func(ns string) bool { return ns != "y" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.ResourceVersion != "42" || l.Continue != "c" || len(l.Items) != 2 {
+		t.Fatalf("list = rv %q continue %q, %d items", l.ResourceVersion, l.Continue, len(l.Items))
+	}
+	if got := string(l.Items[0].JSON); got != `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"x","resourceVersion":"40"}}` {
+		t.Errorf("item 0 = %s", got)
+	}
+	if got := string(l.Items[1].JSON); got != `{"kind":"Pod","apiVersion":"v1"}` {
+		t.Errorf("item 2 = %s", got)
+	}
+	// The list must not pin the response: each item is its own allocation.
+	body[len(body)-5] = 'X'
+	if got := string(l.Items[0].JSON); strings.Contains(got, "X") {
+		t.Error("an item aliases the list response")
+	}
+}
+
+func TestWatchDecoderPassesBookmarksAndErrorsThrough(t *testing.T) {
+	stream := `{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"5","managedFields":[]}}}
+{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"6","annotations":{"k8s.io/initial-events-end":"true"}}}}` +
+		// Frames need no newline between them.
+		`{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version: 1 (6)","reason":"Expired","code":410}}`
+	d := NewWatchDecoder(io.NopCloser(strings.NewReader(stream)), BuildOptions{})
+	typ, obj, err := d.Decode()
+	if err != nil || typ != watch.Added || obj.(*Object).GetName() != "a" || string(obj.(*Object).JSON) != `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"5"}}` {
+		t.Fatalf("first event = %v %v %v", typ, obj, err)
+	}
+	first := typ
+	typ, obj, err = d.Decode()
+	if first != watch.Added {
+		t.Fatalf("the first event's type changed to %q when the next frame was read", first)
+	}
+	if err != nil || typ != watch.Bookmark || obj.(*Object).GetResourceVersion() != "6" ||
+		obj.(*Object).GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" {
+		t.Fatalf("bookmark = %v %v %v", typ, obj, err)
+	}
+	typ, obj, err = d.Decode()
+	st, ok := obj.(*metav1.Status)
+	if err != nil || typ != watch.Error || !ok || st.Code != 410 || st.Reason != metav1.StatusReasonExpired {
+		t.Fatalf("error event = %v %#v %v", typ, obj, err)
+	}
+	if _, _, err = d.Decode(); err != io.EOF {
+		t.Fatalf("end of stream = %v, want io.EOF", err)
+	}
+}

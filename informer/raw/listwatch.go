@@ -1,0 +1,273 @@
+package raw
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// List is a list response whose items are raw Objects. It satisfies what
+// the reflector needs of a list: meta.ListAccessor (through the embedded
+// ListMeta) and meta.ExtractList (through Items).
+type List struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+	Items []*Object
+}
+
+var _ runtime.Object = (*List)(nil)
+
+func (l *List) GetObjectKind() schema.ObjectKind { return &l.TypeMeta }
+
+// DeepCopyObject copies the list but shares the items, which are immutable.
+func (l *List) DeepCopyObject() runtime.Object {
+	c := *l
+	c.Items = append([]*Object(nil), l.Items...)
+	return &c
+}
+
+// NewRESTClient returns a client that speaks JSON to any group and version,
+// configured as client-go's dynamic client configures its own, so the raw
+// path sends the same requests with the same rate limits and auth.
+func NewRESTClient(cfg *rest.Config) (rest.Interface, error) {
+	c := dynamic.ConfigFor(cfg)
+	c.GroupVersion = nil
+	c.APIPath = ""
+	h, err := rest.HTTPClientFor(c)
+	if err != nil {
+		return nil, err
+	}
+	return rest.UnversionedRESTClientForConfigAndClient(c, h)
+}
+
+// paramCodec encodes ListOptions as query parameters, as the dynamic client
+// does: the options types registered under a bare "v1".
+var (
+	paramScheme = runtime.NewScheme()
+	paramCodec  = runtime.NewParameterCodec(paramScheme)
+	versionV1   = schema.GroupVersion{Version: "v1"}
+)
+
+func init() { metav1.AddToGroupVersion(paramScheme, versionV1) }
+
+// ListWatchOptions configure NewListWatch.
+type ListWatchOptions struct {
+	Client    rest.Interface
+	GVR       schema.GroupVersionResource
+	Namespace string // "" for all namespaces or cluster-scoped
+	// Tweak edits the options of every request (selectors).
+	Tweak func(*metav1.ListOptions)
+	// Keep, when set, drops objects of other namespaces before they reach
+	// the cache (several configured namespaces, one cluster-wide watch).
+	Keep              func(namespace string) bool
+	KeepManagedFields bool
+}
+
+// NewListWatch returns a ListerWatcher whose lists and watches yield raw
+// Objects. It keeps WatchList (streaming lists) on: the initial state then
+// arrives as watch events, decoded the same way.
+func NewListWatch(o ListWatchOptions) cache.ListerWatcher {
+	path := "/apis/" + o.GVR.Group + "/" + o.GVR.Version
+	if o.GVR.Group == "" {
+		path = "/api/" + o.GVR.Version
+	}
+	if o.Namespace != "" {
+		path += "/namespaces/" + o.Namespace
+	}
+	path += "/" + o.GVR.Resource
+	lw := &listWatch{o: o, path: path}
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc:  lw.list,
+		WatchFuncWithContext: lw.watch,
+	}, o.Client)
+}
+
+type listWatch struct {
+	o    ListWatchOptions
+	path string
+}
+
+func (lw *listWatch) tweak(opts *metav1.ListOptions) {
+	if lw.o.Tweak != nil {
+		lw.o.Tweak(opts)
+	}
+}
+
+func (lw *listWatch) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	lw.tweak(&opts)
+	body, err := lw.o.Client.Get().AbsPath(lw.path).SpecificallyVersionedParams(&opts, paramCodec, versionV1).DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ParseList(body, BuildOptions{KeepManagedFields: lw.o.KeepManagedFields}, lw.o.Keep)
+}
+
+// ParseList slices the items out of a list response without decoding them.
+// keep, when set, drops items of other namespaces.
+func ParseList(body []byte, opt BuildOptions, keep func(string) bool) (*List, error) {
+	s := str(body)
+	if !gjson.Valid(s) {
+		return nil, fmt.Errorf("raw: list response is not valid JSON")
+	}
+	l := &List{}
+	var items gjson.Result
+	gjson.Parse(s).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "kind":
+			l.Kind = strings.Clone(v.Str)
+		case "apiVersion":
+			l.APIVersion = strings.Clone(v.Str)
+		case "metadata":
+			v.ForEach(func(k, v gjson.Result) bool {
+				switch k.Str {
+				case "resourceVersion":
+					l.ResourceVersion = strings.Clone(v.Str)
+				case "continue":
+					l.Continue = strings.Clone(v.Str)
+				case "remainingItemCount":
+					if v.Type == gjson.Number {
+						n := v.Int()
+						l.RemainingItemCount = &n
+					}
+				}
+				return true
+			})
+		case "items":
+			items = v
+		}
+		return true
+	})
+	if kind, ok := strings.CutSuffix(l.Kind, "List"); ok && kind != "" {
+		tm, _ := json.Marshal(kind)
+		av, _ := json.Marshal(l.APIVersion)
+		// In the order the apiserver writes them in watch events, so an
+		// object listed and the same object watched have the same bytes
+		// (the raw path's "unchanged update" check compares bytes).
+		opt.TypeMeta = append(append(append([]byte(`"kind":`), tm...), `,"apiVersion":`...), av...)
+	}
+	var err error
+	items.ForEach(func(_, v gjson.Result) bool {
+		var o *Object
+		if o, err = New(body[v.Index:v.Index+len(v.Raw)], opt); err != nil {
+			return false
+		}
+		if keep == nil || keep(o.namespace) {
+			l.Items = append(l.Items, o)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if l.Items == nil {
+		l.Items = []*Object{}
+	}
+	return l, nil
+}
+
+func (lw *listWatch) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	lw.tweak(&opts)
+	opts.Watch = true
+	rc, err := lw.o.Client.Get().AbsPath(lw.path).SpecificallyVersionedParams(&opts, paramCodec, versionV1).Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := watch.NewStreamWatcher(NewWatchDecoder(rc, BuildOptions{KeepManagedFields: lw.o.KeepManagedFields}),
+		apierrors.NewClientErrorReporter(http.StatusInternalServerError, "GET", "ClientWatchDecoding"))
+	if lw.o.Keep == nil {
+		return w, nil
+	}
+	keep := lw.o.Keep
+	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		if o, ok := e.Object.(*Object); ok && (e.Type == watch.Added || e.Type == watch.Modified || e.Type == watch.Deleted) {
+			return e, keep(o.namespace)
+		}
+		return e, true
+	}), nil
+}
+
+// WatchDecoder reads watch events from a JSON watch stream. Each frame is
+// read by encoding/json's Decoder, which finds the end of the frame whatever
+// the whitespace between frames and checks it is valid JSON (the one full
+// pass over the bytes); the object is then sliced out of the frame.
+type WatchDecoder struct {
+	rc  io.ReadCloser
+	dec *json.Decoder
+	opt BuildOptions
+	buf json.RawMessage
+}
+
+var _ watch.Decoder = (*WatchDecoder)(nil)
+
+// NewWatchDecoder decodes the watch stream rc.
+func NewWatchDecoder(rc io.ReadCloser, opt BuildOptions) *WatchDecoder {
+	return &WatchDecoder{rc: rc, dec: json.NewDecoder(rc), opt: opt}
+}
+
+// Decode returns the next event. ERROR events carry a *metav1.Status, so
+// the reflector sees the apiserver's error (410 Gone makes it relist);
+// BOOKMARK events carry an Object with the resourceVersion and annotations
+// the reflector reads (the end of a streamed initial list).
+func (d *WatchDecoder) Decode() (watch.EventType, runtime.Object, error) {
+	// Reuse one frame buffer: New copies what it keeps.
+	d.buf = d.buf[:0]
+	if err := d.dec.Decode(&d.buf); err != nil {
+		return "", nil, err
+	}
+	s := str(d.buf)
+	var typ string
+	var obj gjson.Result
+	gjson.Parse(s).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "type":
+			typ = v.Str
+		case "object":
+			obj = v
+		}
+		return true
+	})
+	// typ aliases the frame buffer, which the next Decode overwrites while
+	// the event is still in flight: use the package's constants.
+	var t watch.EventType
+	for _, c := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error} {
+		if typ == string(c) {
+			t = c
+		}
+	}
+	raw := d.buf[obj.Index : obj.Index+len(obj.Raw)]
+	switch t {
+	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
+		if !obj.IsObject() {
+			return "", nil, fmt.Errorf("raw: %s watch event without an object", t)
+		}
+		o, err := New(raw, d.opt)
+		if err != nil {
+			return "", nil, err
+		}
+		return t, o, nil
+	case watch.Error:
+		st := &metav1.Status{}
+		if err := json.Unmarshal(raw, st); err != nil {
+			return "", nil, fmt.Errorf("raw: decode watch error: %w", err)
+		}
+		return t, st, nil
+	default:
+		return "", nil, fmt.Errorf("raw: unknown watch event type %q", strings.Clone(typ))
+	}
+}
+
+// Close closes the stream.
+func (d *WatchDecoder) Close() { _ = d.rc.Close() }
