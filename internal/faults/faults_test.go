@@ -259,7 +259,9 @@ func printResults() {
 
 func TestTheConsumerConvergesAcrossAnAPIServerRestartMidStream(t *testing.T) {
 	ns := namespace(t)
-	k := apptest.Start(t, configFor(ns), cluster.RESTConfig(testcluster.AdminUser))
+	kafkaAddr, natsURL := startBrokers(t)
+	yaml := brokerConfig(ns, kafkaAddr, natsURL, "", withStdout)
+	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
 	k.WaitFor(t, "the initial snapshot", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
 	stop := make(chan struct{})
 	wg := churn(ns, stop)
@@ -274,6 +276,7 @@ func TestTheConsumerConvergesAcrossAnAPIServerRestartMidStream(t *testing.T) {
 	v := converge(t, ns, func() []event.Event { return k.Events(t) })
 	wg.checkOrder(t, k.Events(t))
 	record("kube-apiserver restarted mid-stream (stdout)", wg.changes.Load(), v.Events, v.Duplicates, 0)
+	verifyBrokers(t, yaml, "kube-apiserver restarted mid-stream", wg.changes.Load())
 }
 
 func TestARelistAfterCompactionEmitsTheLostDeletesMarkedAndConverges(t *testing.T) {
@@ -290,7 +293,9 @@ func TestARelistAfterCompactionEmitsTheLostDeletesMarkedAndConverges(t *testing.
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	k := apptest.Start(t, configFor(ns), proxy.RESTConfig(cluster, testcluster.AdminUser))
+	kafkaAddr, natsURL := startBrokers(t)
+	yaml := brokerConfig(ns, kafkaAddr, natsURL, "", withStdout)
+	k := apptest.Start(t, yaml, proxy.RESTConfig(cluster, testcluster.AdminUser))
 	k.WaitFor(t, "the initial snapshot", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
 
 	// Cut kubewire off, change the cluster behind its back, and compact the
@@ -319,6 +324,7 @@ func TestARelistAfterCompactionEmitsTheLostDeletesMarkedAndConverges(t *testing.
 
 	v := converge(t, ns, func() []event.Event { return k.Events(t) })
 	record("watch cut, history compacted, relist (stdout)", 16, v.Events, v.Duplicates, 0)
+	verifyBrokers(t, yaml, "watch cut, history compacted, relist", 16)
 	marked := 0
 	for _, ev := range k.Events(t) {
 		if ev.Type() == encoding.TypeDeleted {
@@ -337,6 +343,11 @@ func TestKubewireKilledWithSIGKILLConvergesAfterARestartIncludingDeletesMadeWhil
 	ctx := context.Background()
 	ns := namespace(t)
 	k := newProcs(t, ns)
+	kafkaAddr, natsURL := startBrokers(t)
+	yaml := brokerConfig(ns, kafkaAddr, natsURL, "dispatch: {drainTimeout: 10s}\n", withStdout)
+	if err := os.WriteFile(k.config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	run := func(out string) (*exec.Cmd, func() []event.Event) { return k.start(t, out) }
 	first, stream1 := run("first.jsonl")
 	apptest.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
@@ -376,6 +387,7 @@ func TestKubewireKilledWithSIGKILLConvergesAfterARestartIncludingDeletesMadeWhil
 	v := converge(t, ns, stream1, stream2)
 	wg.checkOrder(t, append(stream1(), stream2()...))
 	record("kubewire SIGKILLed, deletes while down, restarted (stdout)", wg.changes.Load()+int64(deleted)+1, v.Events, v.Duplicates, 0)
+	verifyBrokers(t, yaml, "kubewire SIGKILLed, deletes while down, restarted", wg.changes.Load()+int64(deleted)+1)
 }
 
 var (

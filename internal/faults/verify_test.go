@@ -28,21 +28,49 @@ import (
 // and returns a config routing ns's ConfigMaps to both.
 func brokers(t *testing.T, ns string) string {
 	t.Helper()
+	kafkaAddr, natsURL := startBrokers(t)
+	return brokerConfig(ns, kafkaAddr, natsURL, "", "")
+}
+
+// withStdout is brokerConfig's extra sink for tests that also read stdout.
+const withStdout = "  - name: out\n    type: stdout\n"
+
+// startBrokers starts kfake and an embedded nats-server with JetStream for
+// the test and returns their addresses.
+func startBrokers(t *testing.T) (kafkaAddr, natsURL string) {
+	t.Helper()
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(kc.Close)
-	ns2, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns2.Start()
-	if !ns2.ReadyForConnections(10 * time.Second) {
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	t.Cleanup(func() { ns2.Shutdown(); ns2.WaitForShutdown() })
-	return brokerConfig(ns, kc.ListenAddrs()[0], ns2.ClientURL(), "", "")
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return kc.ListenAddrs()[0], srv.ClientURL()
+}
+
+// verifyBrokers requires both broker sinks to converge with no order
+// violation, and records a row per sink.
+func verifyBrokers(t *testing.T, yaml, fault string, changes int64) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sink := range []string{"kafka", "js"} {
+		rep := verifyUntilConverged(t, cfg, sink)
+		if len(rep.OrderViolations) != 0 {
+			t.Fatalf("%s: order violations %v", sink, rep.OrderViolations)
+		}
+		record(fault+" ("+sink+", kfake/embedded)", changes, rep.Events, rep.Duplicates, 0)
+	}
 }
 
 func verifyUntilConverged(t *testing.T, cfg *config.Config, sink string, also ...func(*verify.Report) bool) *verify.Report {
