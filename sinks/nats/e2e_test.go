@@ -13,7 +13,7 @@ import (
 // process adapts natstest.Server to the broker helpers.
 type process struct{ s *natstest.Server }
 
-func (p *process) start(*testing.T) { p.s.Begin() }
+func (p *process) start(testing.TB) { p.s.Begin() }
 func (p *process) stop()            { p.s.Stop() }
 func (p *process) url() string      { return p.s.URL() }
 

@@ -29,7 +29,7 @@ import (
 // same port and store: embedded in the test process, or (in make e2e) the
 // Debian nats-server binary as a separate process.
 type natsServer interface {
-	start(t *testing.T)
+	start(t testing.TB)
 	stop()
 	url() string
 }
@@ -40,7 +40,7 @@ type broker struct {
 	srv natsServer
 }
 
-func newBroker(t *testing.T, srv natsServer) *broker {
+func newBroker(t testing.TB, srv natsServer) *broker {
 	t.Helper()
 	b := &broker{srv: srv}
 	srv.start(t)
@@ -54,7 +54,7 @@ func newBroker(t *testing.T, srv natsServer) *broker {
 
 // startBroker runs nats-server in the test process with JetStream on and its
 // store in a temporary directory that survives restarts.
-func startBroker(t *testing.T) *broker {
+func startBroker(t testing.TB) *broker {
 	t.Helper()
 	return newBroker(t, &embedded{opts: natsserver.Options{
 		Host:      "127.0.0.1",
@@ -71,7 +71,7 @@ type embedded struct {
 	srv  *natsserver.Server
 }
 
-func (e *embedded) start(t *testing.T) {
+func (e *embedded) start(t testing.TB) {
 	t.Helper()
 	opts := e.opts
 	srv, err := natsserver.NewServer(&opts)
@@ -149,7 +149,7 @@ func (b *broker) sinkConfig(mode string) *config.NATSSink {
 }
 
 // newSink validates cfg as a whole configuration would and builds the sink.
-func newSink(t *testing.T, name string, cfg *config.NATSSink) sinks.Sink {
+func newSink(t testing.TB, name string, cfg *config.NATSSink) sinks.Sink {
 	t.Helper()
 	c := &config.Config{
 		APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "conformance",
