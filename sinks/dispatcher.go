@@ -106,7 +106,7 @@ type Dispatcher struct {
 
 	// Per-sink children of the metric vectors, looked up once rather than
 	// per event.
-	mPublished, mConflated prometheus.Counter
+	mPublished, mConflated sync.Map // labels -> prometheus.Counter
 	mBuffer                prometheus.Gauge
 	mPublish, mLag         prometheus.Observer
 
@@ -126,8 +126,6 @@ func NewDispatcher(name string, sink Sink, opt Options) *Dispatcher {
 		log:       opt.Logger.With("sink", name),
 		connected: make(chan struct{}),
 	}
-	d.mPublished = metrics.EventsPublished.WithLabelValues(name)
-	d.mConflated = metrics.EventsConflated.WithLabelValues(name)
 	d.mBuffer = metrics.BufferEvents.WithLabelValues(name)
 	d.mPublish = metrics.PublishDuration.WithLabelValues(name)
 	d.mLag = metrics.EventLag.WithLabelValues(name)
@@ -202,7 +200,7 @@ func (d *Dispatcher) Enqueue(it *Item) {
 		d.queued.Add(1)
 		d.mBuffer.Inc()
 	} else {
-		d.mConflated.Inc()
+		d.conflated(it.Change)
 	}
 }
 
@@ -303,11 +301,14 @@ func (d *Dispatcher) arrive(b *barrier) bool {
 // ends. It gives up on nothing except events that cannot be encoded and
 // events the sink refuses permanently; both are logged and counted.
 func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Event {
+	// batch is compacted in place to the entries that encoded, so that
+	// batch[i] is the entry of events[i].
+	kept := batch[:0]
 	for _, e := range batch {
 		ev, err := e.item.Event()
 		if err != nil {
 			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
-			metrics.EventsFailed.WithLabelValues(d.name, "encode").Inc()
+			d.failed(e.item.Change, "encode")
 			continue
 		}
 		if e.conflated > 0 {
@@ -315,8 +316,10 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Eve
 			c.SetExtension(ExtConflated, strconv.Itoa(e.conflated))
 			ev = &c
 		}
+		kept = append(kept, e)
 		events = append(events, ev)
 	}
+	batch = kept
 	if len(events) == 0 {
 		return events
 	}
@@ -327,10 +330,9 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Eve
 		d.mPublish.Observe(time.Since(start).Seconds())
 		if err == nil {
 			d.setHealthy(true)
-			d.mPublished.Add(float64(len(events)))
 			now := time.Now()
 			for _, e := range batch {
-				d.mLag.Observe(now.Sub(e.item.Change.Observed).Seconds())
+				d.published(e.item.Change, now)
 			}
 			return events
 		}
@@ -341,14 +343,12 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Eve
 			if len(events) > 1 {
 				// Find the culprit: write one at a time, in order, so only
 				// the refused events are dropped.
-				for _, ev := range events {
-					d.deliver1(ev)
+				for i, ev := range events {
+					d.deliver1(ev, batch[i].item.Change)
 				}
 				return events
 			}
-			d.log.Error("sink refused event permanently; dropping it", "id", events[0].ID(),
-				"partitionkey", events[0].Extensions()[encoding.ExtPartitionKey], "err", err)
-			metrics.EventsFailed.WithLabelValues(d.name, "refused").Inc()
+			d.refused(events[0], batch[0].item.Change, err)
 			return events
 		}
 		d.setHealthy(false)
@@ -362,7 +362,7 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Eve
 	}
 }
 
-func (d *Dispatcher) deliver1(ev *event.Event) {
+func (d *Dispatcher) deliver1(ev *event.Event, c *informer.Change) {
 	one := [1]*event.Event{ev}
 	b := d.newBackoff()
 	for attempt := 1; ; attempt++ {
@@ -370,14 +370,12 @@ func (d *Dispatcher) deliver1(ev *event.Event) {
 		switch {
 		case err == nil:
 			d.setHealthy(true)
-			d.mPublished.Inc()
+			d.published(c, time.Now())
 			return
 		case d.work.Err() != nil:
 			return
 		case errors.Is(err, ErrPermanent):
-			d.log.Error("sink refused event permanently; dropping it", "id", ev.ID(),
-				"partitionkey", ev.Extensions()[encoding.ExtPartitionKey], "err", err)
-			metrics.EventsFailed.WithLabelValues(d.name, "refused").Inc()
+			d.refused(ev, c, err)
 			return
 		}
 		d.setHealthy(false)
@@ -386,6 +384,53 @@ func (d *Dispatcher) deliver1(ev *event.Event) {
 			return
 		}
 	}
+}
+
+func (d *Dispatcher) refused(ev *event.Event, c *informer.Change, err error) {
+	d.log.Error("sink refused event permanently; dropping it", "id", ev.ID(),
+		"partitionkey", ev.Extensions()[encoding.ExtPartitionKey], "err", err)
+	d.failed(c, "refused")
+}
+
+// labels are the bounded labels of an event's counters: the resource and
+// the change type, never the object.
+type labels struct {
+	resource string
+	op       informer.Op
+}
+
+func labelsOf(c *informer.Change) labels {
+	l := labels{op: c.Op}
+	if c.Resource != nil {
+		l.resource = c.Resource.KeyPrefix
+	}
+	return l
+}
+
+// published counts an acknowledged event and its lag. The counter children
+// are cached per (resource, type) so the hot path does not hash labels.
+func (d *Dispatcher) published(c *informer.Change, now time.Time) {
+	l := labelsOf(c)
+	ctr, ok := d.mPublished.Load(l)
+	if !ok {
+		ctr, _ = d.mPublished.LoadOrStore(l, metrics.EventsPublished.WithLabelValues(d.name, l.resource, string(l.op)))
+	}
+	ctr.(prometheus.Counter).Inc()
+	d.mLag.Observe(now.Sub(c.Observed).Seconds())
+}
+
+func (d *Dispatcher) conflated(c *informer.Change) {
+	l := labelsOf(c)
+	ctr, ok := d.mConflated.Load(l)
+	if !ok {
+		ctr, _ = d.mConflated.LoadOrStore(l, metrics.EventsConflated.WithLabelValues(d.name, l.resource, string(l.op)))
+	}
+	ctr.(prometheus.Counter).Inc()
+}
+
+func (d *Dispatcher) failed(c *informer.Change, reason string) {
+	l := labelsOf(c)
+	metrics.EventsFailed.WithLabelValues(d.name, l.resource, string(l.op), reason).Inc()
 }
 
 func (d *Dispatcher) setHealthy(ok bool) {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -246,7 +245,7 @@ func TestAFullBufferConflatesPerObjectAndNeverFoldsADelete(t *testing.T) {
 	if folded == 0 {
 		t.Error("no event carried a conflated count")
 	}
-	if c := testutil.ToFloat64(metrics.EventsConflated.WithLabelValues("conflate")); c == 0 {
+	if c := metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "conflate"}); c == 0 {
 		t.Error("kubewire_events_conflated_total did not move")
 	}
 }
@@ -273,7 +272,7 @@ func TestAPermanentlyRefusedEventIsCountedAndDoesNotStallItsShard(t *testing.T) 
 	rec := &recorder{refuse: func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") }}
 	d := sinks.NewDispatcher("refuse", rec, fastOptions())
 	d.Start()
-	before := testutil.ToFloat64(metrics.EventsFailed.WithLabelValues("refuse", "refused"))
+	before := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "refuse", "reason": "refused"})
 	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "a", 1)))
 	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "huge", 1)))
 	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "b", 1)))
@@ -283,7 +282,7 @@ func TestAPermanentlyRefusedEventIsCountedAndDoesNotStallItsShard(t *testing.T) 
 	if got := len(rec.events()); got != 2 {
 		t.Fatalf("delivered %d events, want the 2 that were not refused", got)
 	}
-	if got := testutil.ToFloat64(metrics.EventsFailed.WithLabelValues("refuse", "refused")) - before; got != 1 {
+	if got := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "refuse", "reason": "refused"}) - before; got != 1 {
 		t.Fatalf("kubewire_events_failed_total{reason=refused} moved by %v, want 1", got)
 	}
 }

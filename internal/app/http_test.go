@@ -72,7 +72,7 @@ func TestReadinessFollowsInformerSyncAndMetricsAreServed(t *testing.T) {
 	}
 	for _, m := range []string{
 		`kubewire_events_observed_total{resource="configmaps",type="added"}`,
-		`kubewire_events_published_total{sink="out"}`,
+		`kubewire_events_published_total{resource="configmaps",sink="out",type="added"}`,
 		`kubewire_event_lag_seconds_count{sink="out"}`,
 		`kubewire_publish_duration_seconds_count{sink="out"}`,
 	} {

@@ -52,7 +52,7 @@ func TestE2EBrokersKilledForThirtySecondsOverflowIntoConflationAndStillConverge(
 	wg := churn(ns, stop)
 	apptest.Eventually(t, "events on every sink", func() bool { return k.App.Ready() && len(k.Events(t)) > 40 })
 
-	conflatedBefore := testutil.ToFloat64(metrics.EventsConflated.WithLabelValues("kafka"))
+	conflatedBefore := metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "kafka"})
 	kb.Kill()
 	nsrv.Kill()
 	apptest.Eventually(t, "readiness to drop while the brokers are down", func() bool { return !k.App.Ready() })
@@ -84,7 +84,7 @@ wait:
 	if heapLate > heapEarly+32<<20 {
 		t.Errorf("heap grew from %d KB to %d KB during the outage", heapEarly>>10, heapLate>>10)
 	}
-	if testutil.ToFloat64(metrics.EventsConflated.WithLabelValues("kafka")) <= conflatedBefore {
+	if metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "kafka"}) <= conflatedBefore {
 		t.Error("the outage did not overflow into conflation")
 	}
 

@@ -22,22 +22,22 @@ var (
 	// EventsPublished counts events a broker acknowledged.
 	EventsPublished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubewire_events_published_total",
-		Help: "Events acknowledged by a sink.",
-	}, []string{"sink"})
+		Help: "Events acknowledged by a sink, by resource and type.",
+	}, []string{"sink", "resource", "type"})
 
 	// EventsFailed counts events given up on: they could not be encoded, or
 	// the broker refused them permanently.
 	EventsFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubewire_events_failed_total",
-		Help: "Events dropped after a permanent failure, by sink and reason.",
-	}, []string{"sink", "reason"})
+		Help: "Events dropped after a permanent failure, by sink, resource, type and reason.",
+	}, []string{"sink", "resource", "type", "reason"})
 
 	// EventsConflated counts queued events replaced by a newer state of the
 	// same object because the buffer was full.
 	EventsConflated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubewire_events_conflated_total",
-		Help: "Queued events folded into a newer event of the same object because the sink's buffer was full.",
-	}, []string{"sink"})
+		Help: "Queued events folded into a newer event of the same object because the sink's buffer was full, by resource and type.",
+	}, []string{"sink", "resource", "type"})
 
 	// WriteRetries counts failed sink writes that will be retried.
 	WriteRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -128,3 +128,37 @@ var (
 )
 
 func init() { Registry.MustRegister(PublishDuration, EventLag, SnapshotDuration, SnapshotSize) }
+
+// Sum adds up every series of the named metric whose labels include match,
+// for tests and tools that care about a total rather than one series.
+func Sum(name string, match map[string]string) float64 {
+	mfs, err := Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range match {
+				if have[k] != v {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				total += m.Counter.GetValue()
+			case m.Gauge != nil:
+				total += m.Gauge.GetValue()
+			}
+		}
+	}
+	return total
+}
