@@ -3,7 +3,10 @@
 package faults_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
@@ -53,9 +57,26 @@ func TestE2EBrokersKilledForThirtySecondsOverflowIntoConflationAndStillConverge(
 	apptest.Eventually(t, "events on every sink", func() bool { return k.App.Ready() && len(k.Events(t)) > 40 })
 
 	conflatedBefore := metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "kafka"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := app.ServeHTTP(ctx, "127.0.0.1:0", k.App.Ready, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	readyz := func() int {
+		resp, err := http.Get("http://" + addr.String() + "/readyz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := readyz(); code != http.StatusOK {
+		t.Fatalf("/readyz = %d with every sink up", code)
+	}
 	kb.Kill()
 	nsrv.Kill()
-	apptest.Eventually(t, "readiness to drop while the brokers are down", func() bool { return !k.App.Ready() })
+	apptest.Eventually(t, "/readyz to answer 503 while the brokers are down", func() bool { return readyz() == http.StatusServiceUnavailable })
 
 	// The outage lasts 30 s of churn. Memory is sampled after 10 s and at
 	// the end: the buffer is bounded, so the heap must not keep growing.
@@ -90,7 +111,7 @@ wait:
 
 	kb.Restart(t)
 	nsrv.Begin()
-	apptest.Eventually(t, "readiness after the brokers return", func() bool { return k.App.Ready() })
+	apptest.Eventually(t, "/readyz to answer 200 after the brokers return", func() bool { return readyz() == http.StatusOK })
 	close(stop)
 	wg.Wait()
 	for _, sink := range []string{"kafka", "js"} {
