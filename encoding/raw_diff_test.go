@@ -1,13 +1,17 @@
 package encoding
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
@@ -29,7 +33,21 @@ type diffCase struct {
 	json []byte
 	// old is the previous state, for updates.
 	old []byte
+	// rules is the redaction both paths apply before caching.
+	rules []shape.Rule
 }
+
+// secretJSON is a Secret as kubectl apply leaves it: data, the
+// last-applied annotation holding the same values, and managedFields.
+func secretJSON(rv int, password string) []byte {
+	b64 := base64.StdEncoding.EncodeToString([]byte(password))
+	return []byte(`{"kind":"Secret","apiVersion":"v1","metadata":{"name":"db","namespace":"ns","uid":"u-s","resourceVersion":"` + strconv.Itoa(rv) + `",` +
+		`"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"data\":{\"password\":\"` + b64 + `\"}}","team":"a"},` +
+		`"managedFields":[{"manager":"kubectl-client-side-apply","operation":"Update","apiVersion":"v1","time":"2024-05-06T07:08:09Z","fieldsType":"FieldsV1","fieldsV1":{"f:data":{}}}]},` +
+		`"data":{"password":"` + b64 + `","user":"YWRtaW4="},"type":"Opaque"}`)
+}
+
+var secrets = benchdata.Kind{Name: "secret", GVR: schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, Kind: "Secret", Namespaced: true}
 
 func diffCorpus() []diffCase {
 	var cs []diffCase
@@ -39,6 +57,7 @@ func diffCorpus() []diffCase {
 		}
 	}
 	cs = append(cs,
+		diffCase{name: "secret-redacted", kind: secrets, json: secretJSON(10, "s3cret-new"), old: secretJSON(9, "s3cret-old"), rules: shape.SecretRules()},
 		diffCase{name: "reference-pod", kind: benchdata.Pods, json: benchdata.ReferencePod()},
 		diffCase{name: "unicode", kind: benchdata.Pods, json: []byte(unicodePod)},
 	)
@@ -47,9 +66,13 @@ func diffCorpus() []diffCase {
 
 // bothPaths builds the change of op for in on the unstructured path (the
 // informer's decoding and transform) and on the raw path.
-func bothPaths(t *testing.T, res *informer.Resource, op informer.Op, in, old []byte) (*informer.Change, *informer.Change) {
+func bothPaths(t *testing.T, res *informer.Resource, op informer.Op, in, old []byte, rules []shape.Rule) (*informer.Change, *informer.Change) {
 	t.Helper()
-	transform := shape.NewTransform(true, nil)
+	transform := shape.NewTransform(true, rules)
+	opts := raw.BuildOptions{}
+	if len(rules) > 0 {
+		opts.Rewrite = func(m map[string]any) { shape.Redact(m, rules) }
+	}
 	decode := func(b []byte) *unstructured.Unstructured {
 		u := benchdata.Decode(b)
 		if _, err := transform(u); err != nil {
@@ -59,7 +82,7 @@ func bothPaths(t *testing.T, res *informer.Resource, op informer.Op, in, old []b
 	}
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	u := decode(in)
-	r, err := raw.New(in, raw.BuildOptions{})
+	r, err := raw.New(in, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +93,7 @@ func bothPaths(t *testing.T, res *informer.Resource, op informer.Op, in, old []b
 	}
 	if old != nil {
 		cu.OldObject = decode(old)
-		if cr.OldRaw, err = raw.New(old, raw.BuildOptions{}); err != nil {
+		if cr.OldRaw, err = raw.New(old, opts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -111,7 +134,7 @@ func TestRawAndUnstructuredPathsEmitEqualEvents(t *testing.T) {
 					if op == informer.OpUpdated {
 						old = c.old
 					}
-					cu, cr := bothPaths(t, res, op, c.json, old)
+					cu, cr := bothPaths(t, res, op, c.json, old, c.rules)
 					eu, err := Event(cu)
 					if err != nil {
 						t.Fatal(err)
@@ -125,6 +148,13 @@ func TestRawAndUnstructuredPathsEmitEqualEvents(t *testing.T) {
 					}
 					if du, dr := jsonValue(t, eu.Data()), jsonValue(t, er.Data()); !reflect.DeepEqual(du, dr) {
 						t.Errorf("data differs:\nunstructured %s\nraw          %s", eu.Data(), er.Data())
+					}
+					if c.rules != nil {
+						for _, leak := range []string{"s3cret", base64.StdEncoding.EncodeToString([]byte("s3cret-new")), base64.StdEncoding.EncodeToString([]byte("s3cret-old")), "last-applied"} {
+							if strings.Contains(string(er.Data()), leak) {
+								t.Errorf("raw event data carries %q: %s", leak, er.Data())
+							}
+						}
 					}
 				})
 			}

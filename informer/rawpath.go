@@ -35,6 +35,14 @@ func (w *Watcher) newRawInformer() (cache.SharedIndexInformer, error) {
 		nss := slices.Clone(w.cfg.Namespaces)
 		keep = func(ns string) bool { return slices.Contains(nss, ns) }
 	}
+	rules, err := w.cfg.RedactRules()
+	if err != nil {
+		return nil, err
+	}
+	var rewrite func(map[string]any)
+	if len(rules) > 0 {
+		rewrite = func(m map[string]any) { shape.Redact(m, rules) }
+	}
 	lw := raw.NewListWatch(raw.ListWatchOptions{
 		Client:    w.opt.REST,
 		GVR:       w.gvr,
@@ -45,6 +53,7 @@ func (w *Watcher) newRawInformer() (cache.SharedIndexInformer, error) {
 		},
 		Keep:              keep,
 		KeepManagedFields: w.cfg.KeepManagedFields,
+		Rewrite:           rewrite,
 	})
 	inf := cache.NewSharedIndexInformerWithOptions(lw, &raw.Object{},
 		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()})

@@ -1,11 +1,14 @@
 package raw
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
 // ErrNotObject is returned for bytes that are not a JSON object.
@@ -20,6 +23,11 @@ type BuildOptions struct {
 	// unstructured decoding fills them in the same way, so both cache modes
 	// publish the same data. Built once per list, not per item.
 	TypeMeta []byte
+	// Rewrite, when set, is applied to the decoded object before it is
+	// cached (redaction: secret values must never sit in the cache). The
+	// object is then decoded and re-encoded, which costs what the
+	// unstructured path costs, but only for resources that need it.
+	Rewrite func(map[string]any)
 }
 
 // str views b as a string without copying. The caller must not modify b
@@ -35,6 +43,12 @@ func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 // the apiserver); New does not validate it again, that would double the
 // cost of the hot path.
 func New(in []byte, opt BuildOptions) (*Object, error) {
+	if opt.Rewrite != nil {
+		var err error
+		if in, err = rewrite(in, opt.Rewrite); err != nil {
+			return nil, err
+		}
+	}
 	s := str(in)
 	open := skipSpace(s, 0)
 	if open >= len(s) || s[open] != '{' {
@@ -218,3 +232,21 @@ func skipSpace(s string, i int) int {
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// rewrite decodes in as the unstructured path would (integers as int64),
+// applies f and encodes the result.
+func rewrite(in []byte, f func(map[string]any)) ([]byte, error) {
+	var m map[string]any
+	if err := utiljson.Unmarshal(in, &m); err != nil {
+		return nil, fmt.Errorf("raw: decode for rewrite: %w", err)
+	}
+	if m == nil {
+		return nil, ErrNotObject
+	}
+	f(m)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("raw: encode after rewrite: %w", err)
+	}
+	return out, nil
+}

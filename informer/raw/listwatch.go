@@ -74,6 +74,8 @@ type ListWatchOptions struct {
 	// the cache (several configured namespaces, one cluster-wide watch).
 	Keep              func(namespace string) bool
 	KeepManagedFields bool
+	// Rewrite is applied to each object before it is cached (redaction).
+	Rewrite func(map[string]any)
 }
 
 // NewListWatch returns a ListerWatcher whose lists and watches yield raw
@@ -112,7 +114,7 @@ func (lw *listWatch) list(ctx context.Context, opts metav1.ListOptions) (runtime
 	if err != nil {
 		return nil, err
 	}
-	return ParseList(body, BuildOptions{KeepManagedFields: lw.o.KeepManagedFields}, lw.o.Keep)
+	return ParseList(body, BuildOptions{KeepManagedFields: lw.o.KeepManagedFields, Rewrite: lw.o.Rewrite}, lw.o.Keep)
 }
 
 // ParseList slices the items out of a list response without decoding them.
@@ -185,7 +187,7 @@ func (lw *listWatch) watch(ctx context.Context, opts metav1.ListOptions) (watch.
 	if err != nil {
 		return nil, err
 	}
-	w := watch.NewStreamWatcher(NewWatchDecoder(rc, BuildOptions{KeepManagedFields: lw.o.KeepManagedFields}),
+	w := watch.NewStreamWatcher(NewWatchDecoder(rc, BuildOptions{KeepManagedFields: lw.o.KeepManagedFields, Rewrite: lw.o.Rewrite}),
 		apierrors.NewClientErrorReporter(http.StatusInternalServerError, "GET", "ClientWatchDecoding"))
 	if lw.o.Keep == nil {
 		return w, nil

@@ -41,9 +41,15 @@ func dataOf(t *testing.T, ev event.Event) map[string]any {
 // holding its data), updated, seen again by a restart's snapshot, and
 // deleted: no event of either kubewire run carries any of its values.
 func TestSecretValuesNeverLeaveKubewireInAnyEncoding(t *testing.T) {
+	for _, cache := range []string{"unstructured", "raw"} {
+		t.Run("cache "+cache, func(t *testing.T) { secretValuesNeverLeave(t, cache) })
+	}
+}
+
+func secretValuesNeverLeave(t *testing.T, cache string) {
 	ctx := context.Background()
 	ns := namespace(t)
-	cfg := cfgHeader + fmt.Sprintf("  - {version: v1, resource: secrets, namespaces: [%s], sinks: [out]}\n", ns)
+	cfg := cfgHeader + fmt.Sprintf("  - {version: v1, resource: secrets, namespaces: [%s], cache: %s, sinks: [out]}\n", ns, cache)
 	k1 := start(t, cfg, testcluster.AdminUser)
 	k1.WaitFor(t, "the initial snapshot", completed("secrets"))
 

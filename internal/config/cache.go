@@ -1,8 +1,6 @@
 package config
 
 import (
-	"fmt"
-
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -25,8 +23,7 @@ func CacheModes() []string { return []string{CacheUnstructured, CacheRaw} }
 // default, unstructured.
 func (r Resource) RawCache() bool { return r.Cache == CacheRaw }
 
-// validateCache checks the cache mode and refuses raw where the raw path
-// does not implement what the resource asks for.
+// validateCache checks the cache mode.
 func validateCache(p *field.Path, r *Resource) field.ErrorList {
 	cp := p.Child("cache")
 	switch r.Cache {
@@ -36,17 +33,5 @@ func validateCache(p *field.Path, r *Resource) field.ErrorList {
 	default:
 		return field.ErrorList{field.NotSupported(cp, r.Cache, CacheModes())}
 	}
-	// Redaction must rewrite the object before it is cached, so that secret
-	// values never sit in memory; the raw path does not rewrite bytes yet.
-	var errs field.ErrorList
-	if len(r.Redact) > 0 {
-		errs = append(errs, field.Forbidden(cp,
-			fmt.Sprintf("cache %q does not support redact yet; remove redact or use cache %q", CacheRaw, CacheUnstructured)))
-	}
-	if r.IsSecrets() && !r.AllowSecretData {
-		errs = append(errs, field.Forbidden(cp,
-			fmt.Sprintf("cache %q cannot apply the built-in redaction of Secrets yet; use cache %q (or allowSecretData: true, which publishes Secret values)",
-				CacheRaw, CacheUnstructured)))
-	}
-	return errs
+	return nil
 }

@@ -15,8 +15,8 @@ func TestCacheModesAreValidatedPerResource(t *testing.T) {
 		{"the default is accepted", `{version: v1, resource: configmaps, sinks: [out]}`, ""},
 		{"raw is accepted for a resource without redaction", `{version: v1, resource: configmaps, cache: raw, filter: "true", ignorePaths: ["data"], sinks: [out]}`, ""},
 		{"an unknown mode is refused", `{version: v1, resource: configmaps, cache: bytes, sinks: [out]}`, `resources[0].cache: Unsupported value: "bytes"`},
-		{"raw with redact is refused", `{version: v1, resource: configmaps, cache: raw, redact: [{path: "data['a']"}], sinks: [out]}`, `resources[0].cache: Forbidden: cache "raw" does not support redact`},
-		{"raw for Secrets is refused while they are redacted", `{version: v1, resource: secrets, cache: raw, sinks: [out]}`, `resources[0].cache: Forbidden: cache "raw" cannot apply the built-in redaction of Secrets`},
+		{"raw with redact is accepted", `{version: v1, resource: configmaps, cache: raw, redact: [{path: "data['a']"}], sinks: [out]}`, ""},
+		{"raw for Secrets is accepted with their built-in redaction", `{version: v1, resource: secrets, cache: raw, sinks: [out]}`, ""},
 		{"raw for Secrets is accepted with allowSecretData", `{version: v1, resource: secrets, cache: raw, allowSecretData: true, sinks: [out]}`, ""},
 	}
 	for _, c := range cases {

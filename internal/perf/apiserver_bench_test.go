@@ -11,6 +11,7 @@ package perf
 //
 //	go test -tags bench -run 'APIServer' -v -timeout 60m ./internal/perf
 //	KUBEWIRE_BENCH_N=100000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
+//	KUBEWIRE_BENCH_CACHE=raw KUBEWIRE_BENCH_N=100000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
 //	KUBEWIRE_BENCH_RATES=200,1000 KUBEWIRE_BENCH_SECONDS=20 go test -tags bench -run 'Latency' -v ./internal/perf
 
 import (
@@ -197,14 +198,17 @@ func (r *run) stop() {
 	<-r.done
 }
 
+// kubewireConfig watches ns's ConfigMaps; KUBEWIRE_BENCH_CACHE=raw measures
+// the raw-bytes cache instead of unstructured.
 func kubewireConfig(ns, sinkYAML string) string {
+	cache := cmpOr(os.Getenv("KUBEWIRE_BENCH_CACHE"), "unstructured")
 	return `apiVersion: kubewire.io/v1alpha1
 kind: Config
 cluster: bench
 sinks:
 ` + sinkYAML + `
 resources:
-  - {version: v1, resource: configmaps, namespaces: [` + ns + `], sinks: [out]}
+  - {version: v1, resource: configmaps, namespaces: [` + ns + `], cache: ` + cache + `, sinks: [out]}
 `
 }
 
