@@ -7,10 +7,11 @@ import (
 // Cache modes: how a resource's informer holds its objects.
 const (
 	// CacheUnstructured decodes every object into unstructured maps, as a
-	// client-go dynamic informer does. It is the default for now.
+	// client-go dynamic informer does.
 	CacheUnstructured = "unstructured"
-	// CacheRaw keeps each object's JSON as the apiserver served it (minus
-	// managedFields) and publishes those bytes without re-encoding them.
+	// CacheRaw (the default) keeps each object's JSON as the apiserver
+	// served it (minus managedFields) and publishes those bytes without
+	// re-encoding them.
 	// Shaping that needs the content (filter, ignorePaths) decodes an
 	// object only when it runs.
 	CacheRaw = "raw"
@@ -20,8 +21,8 @@ const (
 func CacheModes() []string { return []string{CacheUnstructured, CacheRaw} }
 
 // RawCache reports whether the resource uses the raw cache. "" is the
-// default, unstructured.
-func (r Resource) RawCache() bool { return r.Cache == CacheRaw }
+// default, raw.
+func (r Resource) RawCache() bool { return r.Cache != CacheUnstructured }
 
 // validateCache checks the cache mode.
 func validateCache(p *field.Path, r *Resource) field.ErrorList {

@@ -218,8 +218,12 @@ func startPipeline(tb testing.TB, k benchdata.Kind, apiserver string, sink sinks
 	p.d = sinks.NewDispatcher("out", p.ack, sinks.Options{
 		Shards: cfg.Dispatch.Shards, BufferEvents: cfg.Dispatch.BufferEvents, BatchSize: cfg.Dispatch.BatchSize, Logger: quiet,
 	})
+	// The baseline: the unstructured cache, as a client-go dynamic informer
+	// holds objects (startRawPipeline measures the raw cache).
+	res := cfg.Resources[0]
+	res.Cache = config.CacheUnstructured
 	w := informer.NewWatcher(informer.Options{
-		Cluster: cfg.Cluster, Resource: cfg.Resources[0], Dynamic: dyn, Mapper: mapperFor(k),
+		Cluster: cfg.Cluster, Resource: res, Dynamic: dyn, Mapper: mapperFor(k),
 		Out: fanout{p.d}, Logger: quiet,
 	})
 	var ctx context.Context
