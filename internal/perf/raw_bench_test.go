@@ -17,26 +17,29 @@ import (
 	"github.com/kubewire/kubewire/sinks"
 )
 
-// BenchmarkPipelineRaw is BenchmarkPipeline with cache: raw, through the
-// discard sink only: the part of the cost that is kubewire's own.
+// BenchmarkPipelineRaw is BenchmarkPipeline with cache: raw (the default).
 func BenchmarkPipelineRaw(b *testing.B) {
-	for _, k := range benchdata.Kinds {
-		b.Run("discard/"+k.Name, func(b *testing.B) {
-			rp := replayed[k.Name]
-			replay := benchdata.NewReplay(k, benchdata.DefaultSeed, rp.objects, rp.window)
-			defer replay.Close()
-			p := startRawPipeline(b, k, replay.URL(), discard{})
-			defer p.stop()
-			p.ack.setOnAck(func(evs []*event.Event, _ time.Time) { replay.Ack(countUpdates(evs)) })
-			select {
-			case <-p.ack.synced:
-			case <-time.After(2 * time.Minute):
-				b.Fatal("the initial snapshot was not acknowledged within 2m")
-			}
-			p.ack.expect(int64(b.N))
-			measure(b, replay, p)
-		})
+	for _, bk := range brokers {
+		for _, k := range benchdata.Kinds {
+			b.Run(bk.name+"/"+k.Name, func(b *testing.B) { benchRawPipeline(b, bk, k) })
+		}
 	}
+}
+
+func benchRawPipeline(b *testing.B, bk brokerKind, k benchdata.Kind) {
+	rp := replayed[k.Name]
+	replay := benchdata.NewReplay(k, benchdata.DefaultSeed, rp.objects, rp.window)
+	defer replay.Close()
+	p := startRawPipeline(b, k, replay.URL(), bk.new(b))
+	defer p.stop()
+	p.ack.setOnAck(func(evs []*event.Event, _ time.Time) { replay.Ack(countUpdates(evs)) })
+	select {
+	case <-p.ack.synced:
+	case <-time.After(2 * time.Minute):
+		b.Fatal("the initial snapshot was not acknowledged within 2m")
+	}
+	p.ack.expect(int64(b.N))
+	measure(b, replay, p)
 }
 
 // startRawPipeline is startPipeline with the resource's cache set to raw.
