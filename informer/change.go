@@ -102,6 +102,15 @@ type Change struct {
 	Observed time.Time
 }
 
+// Size is the byte size of the object's JSON where it is known without
+// encoding (the raw cache), else 0.
+func (c *Change) Size() int64 {
+	if c.Raw != nil {
+		return int64(len(c.Raw.JSON))
+	}
+	return 0
+}
+
 // IsMarker reports whether the change frames a snapshot rather than
 // describing an object.
 func (c *Change) IsMarker() bool {

@@ -49,6 +49,10 @@ type Options struct {
 	// BufferEvents is how many events may wait before new changes are folded
 	// into queued ones of the same object (default 10000).
 	BufferEvents int
+	// BufferBytes is the same limit in bytes of object data, counted for
+	// changes whose size is known without encoding (Change.Size); 0 means
+	// no byte limit.
+	BufferBytes int64
 	// BatchSize is the most events handed to one Sink.Write (default 100).
 	BatchSize int
 	// RetryInitial and RetryMax bound the exponential backoff between
@@ -91,8 +95,9 @@ type Dispatcher struct {
 	opt  Options
 	log  *slog.Logger
 
-	shards []*shard
-	queued atomic.Int64
+	shards      []*shard
+	queued      atomic.Int64
+	queuedBytes atomic.Int64
 
 	// work is cancelled only when draining runs out of time; SIGTERM alone
 	// lets in-flight writes finish.
@@ -107,7 +112,7 @@ type Dispatcher struct {
 	// Per-sink children of the metric vectors, looked up once rather than
 	// per event.
 	mPublished, mConflated sync.Map // labels -> prometheus.Counter
-	mBuffer                prometheus.Gauge
+	mBuffer, mBufferBytes  prometheus.Gauge
 	mPublish, mLag         prometheus.Observer
 
 	// barrierMu makes the insertion of a barrier into all shards atomic with
@@ -127,6 +132,7 @@ func NewDispatcher(name string, sink Sink, opt Options) *Dispatcher {
 		connected: make(chan struct{}),
 	}
 	d.mBuffer = metrics.BufferEvents.WithLabelValues(name)
+	d.mBufferBytes = metrics.BufferBytes.WithLabelValues(name)
 	d.mPublish = metrics.PublishDuration.WithLabelValues(name)
 	d.mLag = metrics.EventLag.WithLabelValues(name)
 	d.work, d.cancelWork = context.WithCancel(context.Background())
@@ -195,8 +201,14 @@ func (d *Dispatcher) Enqueue(it *Item) {
 		return
 	}
 	s := d.shards[shardOf(it.Change.Key, len(d.shards))]
-	full := d.queued.Load() >= int64(d.opt.BufferEvents)
-	if s.push(it, full) {
+	full := d.queued.Load() >= int64(d.opt.BufferEvents) ||
+		d.opt.BufferBytes > 0 && d.queuedBytes.Load() >= d.opt.BufferBytes
+	appended, delta := s.push(it, full)
+	if delta != 0 {
+		d.queuedBytes.Add(delta)
+		d.mBufferBytes.Add(float64(delta))
+	}
+	if appended {
 		d.queued.Add(1)
 		d.mBuffer.Inc()
 	} else {
@@ -260,21 +272,33 @@ func (d *Dispatcher) work1(s *shard) {
 				return
 			}
 		case len(batch) > 0:
+			n, size := len(batch), int64(0)
+			for _, e := range batch {
+				size += e.size
+			}
 			events = d.deliver(batch, events[:0])
 			if d.work.Err() != nil {
 				return
 			}
-			d.done(len(batch))
+			d.done(n, size)
 		default:
 			return
 		}
 	}
 }
 
-func (d *Dispatcher) done(n int) {
+func (d *Dispatcher) done(n int, size int64) {
 	d.queued.Add(int64(-n))
 	d.mBuffer.Sub(float64(n))
+	if size != 0 {
+		d.queuedBytes.Add(-size)
+		d.mBufferBytes.Sub(float64(size))
+	}
 }
+
+// QueuedBytes is the size of the object data waiting or in flight, for
+// changes whose size is known.
+func (d *Dispatcher) QueuedBytes() int64 { return d.queuedBytes.Load() }
 
 // arrive blocks the shard at the barrier. The last shard to arrive knows
 // everything before the barrier is acknowledged everywhere, writes the marker
@@ -285,7 +309,7 @@ func (d *Dispatcher) arrive(b *barrier) bool {
 		if d.work.Err() != nil {
 			return false
 		}
-		d.done(1)
+		d.done(1, 0)
 		close(b.done)
 		return true
 	}

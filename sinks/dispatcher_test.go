@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -284,5 +286,56 @@ func TestAPermanentlyRefusedEventIsCountedAndDoesNotStallItsShard(t *testing.T) 
 	}
 	if got := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "refuse", "reason": "refused"}) - before; got != 1 {
 		t.Fatalf("kubewire_events_failed_total{reason=refused} moved by %v, want 1", got)
+	}
+}
+
+func rawChange(t *testing.T, name string, rv int) *informer.Change {
+	t.Helper()
+	js := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":"ns","uid":"uid-%s","resourceVersion":"%d"},"data":{"pad":%q}}`,
+		name, name, rv, strings.Repeat("x", 1000))
+	o, err := raw.New([]byte(js), raw.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &informer.Change{Op: informer.OpUpdated, Resource: res, Key: res.ObjectKey("ns", name), Raw: o, Observed: time.Unix(1, 0)}
+}
+
+func TestTheByteLimitConflatesLikeTheEventLimitAndTheGaugeReturnsToZero(t *testing.T) {
+	rec := &recorder{gate: make(chan struct{})}
+	opt := fastOptions()
+	opt.BufferEvents = 100000 // only the byte limit can be reached
+	opt.BufferBytes = 8 << 10
+	d := sinks.NewDispatcher("bytes", rec, opt)
+	d.Start()
+	const keys, perKey = 5, 300
+	for rv := 1; rv <= perKey; rv++ {
+		for k := range keys {
+			d.Enqueue(sinks.NewItem(rawChange(t, "cm"+strconv.Itoa(k), rv)))
+		}
+	}
+	// Each change carries about 1.1 KB: without the byte limit 1,500 events
+	// (about 1.7 MB) would wait; with it, about one per object plus what
+	// the shards had taken before the limit was reached.
+	if q, b := d.Queued(), d.QueuedBytes(); b > opt.BufferBytes+int64(keys*2)*1200 || q > 30 {
+		t.Fatalf("queued %d events and %d bytes during the outage; want about %d bytes", q, b, opt.BufferBytes)
+	}
+	if metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "bytes"}) == 0 {
+		t.Error("the byte limit did not lead to conflation")
+	}
+	close(rec.gate)
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	if b := d.QueuedBytes(); b != 0 {
+		t.Fatalf("%d bytes still counted as queued after the drain", b)
+	}
+	last := map[string]int{}
+	for _, ev := range rec.events() {
+		last[key(ev)] = rvOf(ev)
+	}
+	for k := range keys {
+		if got := last[res.ObjectKey("ns", "cm"+strconv.Itoa(k))]; got != perKey {
+			t.Errorf("cm%d ended at rv %d, want %d", k, got, perKey)
+		}
 	}
 }

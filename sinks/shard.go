@@ -12,6 +12,8 @@ import (
 type entry struct {
 	item *Item
 	key  string
+	// size is the item's Change.Size, as counted in the dispatcher's bytes.
+	size int64
 	// conflated counts the earlier changes of this object folded into it.
 	conflated int
 	// epoch is the number of barriers queued before this entry. Folding is
@@ -43,25 +45,28 @@ type shard struct {
 }
 
 // push appends it, or, when the buffer is full, folds it into the queued
-// entry of the same object. It reports whether it appended. A delete is never
-// folded away: a change after a queued delete (a re-creation) is appended.
-func (s *shard) push(it *Item, full bool) bool {
+// entry of the same object. It reports whether it appended, and by how many
+// bytes the queued data grew. A delete is never folded away: a change after
+// a queued delete (a re-creation) is appended.
+func (s *shard) push(it *Item, full bool) (appended bool, delta int64) {
 	key := it.Change.Key
+	size := it.Change.Size()
 	s.mu.Lock()
 	if full {
 		if p := s.pending[key]; p != nil && p.epoch == s.epoch && p.item.Change.Op != informer.OpDeleted && sameObject(p.item.Change, it.Change) {
-			p.item = it
+			delta = size - p.size
+			p.item, p.size = it, size
 			p.conflated++
 			s.mu.Unlock()
-			return false
+			return false, delta
 		}
 	}
-	e := &entry{item: it, key: key, epoch: s.epoch}
+	e := &entry{item: it, key: key, epoch: s.epoch, size: size}
 	s.q = append(s.q, e)
 	s.pending[key] = e
 	s.mu.Unlock()
 	s.wake()
-	return true
+	return true, size
 }
 
 func (s *shard) pushBarrier(b *barrier) {

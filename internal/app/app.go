@@ -108,6 +108,7 @@ func New(opt Options) (*App, error) {
 		a.dispatchers[sc.Name] = sinks.NewDispatcher(sc.Name, s, sinks.Options{
 			Shards:       cfg.Dispatch.Shards,
 			BufferEvents: cfg.Dispatch.BufferEvents,
+			BufferBytes:  cfg.Dispatch.BufferBytes,
 			BatchSize:    cfg.Dispatch.BatchSize,
 			Logger:       opt.Logger,
 		})

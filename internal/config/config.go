@@ -84,6 +84,11 @@ type DispatchConfig struct {
 	// BufferEvents is the number of events a sink may have queued before its
 	// overflow policy applies. Default 10000.
 	BufferEvents int `json:"bufferEvents"`
+	// BufferBytes is the size of queued event data a sink may hold before
+	// its overflow policy applies, counted for resources on the raw cache
+	// (the default), whose size is known without encoding. Default 256 MiB;
+	// 0 turns the byte limit off.
+	BufferBytes int64 `json:"bufferBytes"`
 	// BatchSize is the largest number of events handed to a sink at once.
 	// Default 100, range 1..10000.
 	BatchSize int `json:"batchSize"`

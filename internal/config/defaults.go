@@ -12,6 +12,7 @@ const (
 	DefaultShards           = 16
 	MaxShards               = 1024
 	DefaultBufferEvents     = 10000
+	DefaultBufferBytes      = 256 << 20
 	DefaultBatchSize        = 100
 	MaxBatchSize            = 10000
 	DefaultDrainTimeout     = 30 * time.Second
@@ -48,6 +49,9 @@ func applyDefaults(c *Config, given map[string]bool) {
 	}
 	if d.BufferEvents == 0 && !given["dispatch.bufferEvents"] {
 		d.BufferEvents = DefaultBufferEvents
+	}
+	if d.BufferBytes == 0 && !given["dispatch.bufferBytes"] {
+		d.BufferBytes = DefaultBufferBytes
 	}
 	if d.BatchSize == 0 && !given["dispatch.batchSize"] {
 		d.BatchSize = DefaultBatchSize

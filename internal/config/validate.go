@@ -84,6 +84,9 @@ func validateDispatch(p *field.Path, d *DispatchConfig) field.ErrorList {
 	if d.BufferEvents <= 0 {
 		errs = append(errs, field.Invalid(p.Child("bufferEvents"), d.BufferEvents, "must be greater than 0"))
 	}
+	if d.BufferBytes < 0 {
+		errs = append(errs, field.Invalid(p.Child("bufferBytes"), d.BufferBytes, "must be 0 (no byte limit) or greater"))
+	}
 	errs = append(errs, validateRange(p.Child("batchSize"), d.BatchSize, 1, MaxBatchSize)...)
 	dp := p.Child("drainTimeout")
 	if bad := validateDurationSyntax(dp, d.DrainTimeout); bad != nil {

@@ -51,6 +51,13 @@ var (
 		Help: "Events queued for a sink and not yet acknowledged.",
 	}, []string{"sink"})
 
+	// BufferBytes is the size of queued event data per sink (objects on the
+	// raw cache; see dispatch.bufferBytes).
+	BufferBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubewire_buffer_bytes",
+		Help: "Bytes of event data queued for a sink and not yet acknowledged (raw-cached objects).",
+	}, []string{"sink"})
+
 	// SinkHealthy is 1 while a sink's last write succeeded.
 	SinkHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kubewire_sink_healthy",
@@ -82,7 +89,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		EventsObserved, EventsPublished, EventsFailed, EventsConflated, WriteRetries,
-		BufferEvents, SinkHealthy, InformerErrors, InformerSynced, SnapshotRecords,
+		BufferEvents, BufferBytes, SinkHealthy, InformerErrors, InformerSynced, SnapshotRecords,
 	)
 }
 
