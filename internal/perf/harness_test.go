@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks"
@@ -207,23 +208,31 @@ type pipeline struct {
 	ran    chan struct{}
 }
 
-func startPipeline(tb testing.TB, k benchdata.Kind, apiserver string, sink sinks.Sink) *pipeline {
+// startPipeline runs the real informer machinery, kubewire's listener, the
+// dispatcher and sink against the replay server at apiserver, with the
+// resource's cache set to cache (raw or unstructured).
+func startPipeline(tb testing.TB, k benchdata.Kind, apiserver string, sink sinks.Sink, cache string) *pipeline {
 	tb.Helper()
 	cfg := validated(tb, k, config.Sink{Name: "out", Type: config.SinkTypeStdout})
-	dyn, err := dynamic.NewForConfig(&rest.Config{Host: apiserver, QPS: cfg.Client.QPS, Burst: cfg.Client.Burst})
+	res := cfg.Resources[0]
+	res.Cache = cache
+	rc := &rest.Config{Host: apiserver, QPS: cfg.Client.QPS, Burst: cfg.Client.Burst}
+	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	var rawREST rest.Interface
+	if res.RawCache() {
+		if rawREST, err = raw.NewRESTClient(rc); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	p := &pipeline{ack: newAcker(sink), ran: make(chan struct{})}
 	p.d = sinks.NewDispatcher("out", p.ack, sinks.Options{
 		Shards: cfg.Dispatch.Shards, BufferEvents: cfg.Dispatch.BufferEvents, BatchSize: cfg.Dispatch.BatchSize, Logger: quiet,
 	})
-	// The baseline: the unstructured cache, as a client-go dynamic informer
-	// holds objects (startRawPipeline measures the raw cache).
-	res := cfg.Resources[0]
-	res.Cache = config.CacheUnstructured
 	w := informer.NewWatcher(informer.Options{
-		Cluster: cfg.Cluster, Resource: res, Dynamic: dyn, Mapper: mapperFor(k),
+		Cluster: cfg.Cluster, Resource: res, Dynamic: dyn, REST: rawREST, Mapper: mapperFor(k),
 		Out: fanout{p.d}, Logger: quiet,
 	})
 	var ctx context.Context

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -20,6 +21,6 @@ func BenchmarkE2EPipelineRealKafka(b *testing.B) {
 	broker := kafkatest.Start(b, nil)
 	real := brokerKind{"kafka", func(tb testing.TB) sinks.Sink { return kafkaSink(tb, broker.Addr) }}
 	for _, k := range benchdata.Kinds {
-		b.Run(k.Name, func(b *testing.B) { benchPipeline(b, real, k) })
+		b.Run(k.Name, func(b *testing.B) { benchPipeline(b, real, k, config.CacheUnstructured) })
 	}
 }

@@ -1,7 +1,6 @@
 package perf
 
 import (
-	"runtime"
 	"testing"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/config"
 )
 
 func countUpdates(evs []*event.Event) int {
@@ -43,17 +43,17 @@ func BenchmarkPipeline(b *testing.B) {
 	for _, bk := range brokers {
 		for _, k := range benchdata.Kinds {
 			b.Run(bk.name+"/"+k.Name, func(b *testing.B) {
-				benchPipeline(b, bk, k)
+				benchPipeline(b, bk, k, config.CacheUnstructured)
 			})
 		}
 	}
 }
 
-func benchPipeline(b *testing.B, bk brokerKind, k benchdata.Kind) {
+func benchPipeline(b *testing.B, bk brokerKind, k benchdata.Kind, cache string) {
 	rp := replayed[k.Name]
 	replay := benchdata.NewReplay(k, benchdata.DefaultSeed, rp.objects, rp.window)
 	defer replay.Close()
-	p := startPipeline(b, k, replay.URL(), bk.new(b))
+	p := startPipeline(b, k, replay.URL(), bk.new(b), cache)
 	defer p.stop()
 	p.ack.setOnAck(func(evs []*event.Event, _ time.Time) { replay.Ack(countUpdates(evs)) })
 	select {
@@ -62,26 +62,5 @@ func benchPipeline(b *testing.B, bk brokerKind, k benchdata.Kind) {
 		b.Fatal("the initial snapshot was not acknowledged within 2m")
 	}
 	p.ack.expect(int64(b.N))
-
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	cpu0 := cpuTime()
-	b.ReportAllocs()
-	b.SetBytes(int64(replay.FrameBytes()))
-	b.ResetTimer()
-	start := time.Now()
-	replay.Play(b.N)
-	select {
-	case <-p.ack.done:
-	case <-time.After(10 * time.Minute):
-		b.Fatalf("only %d of %d events acknowledged within 10m", p.ack.updates.Load(), b.N)
-	}
-	elapsed := time.Since(start)
-	b.StopTimer()
-	cpu := cpuTime() - cpu0
-	runtime.ReadMemStats(&after)
-	n := float64(b.N)
-	b.ReportMetric(n/elapsed.Seconds(), "events/s")
-	b.ReportMetric(float64(cpu.Microseconds())/n, "cpu-µs/event")
-	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/event")
+	measure(b, replay, p)
 }
