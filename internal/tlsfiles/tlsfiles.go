@@ -6,6 +6,7 @@ package tlsfiles
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 )
@@ -40,4 +41,19 @@ func Config(prefix string, f Files) (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{cert}
 	}
 	return tc, nil
+}
+
+// IsTLSError reports whether err comes from the TLS handshake or
+// certificate verification, so both sinks count it as reason "tls".
+func IsTLSError(err error) bool {
+	var (
+		verify    *tls.CertificateVerificationError
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		header    tls.RecordHeaderError
+		alert     tls.AlertError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &alert)
 }

@@ -23,7 +23,6 @@ package kafka
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -829,16 +828,7 @@ func connectReason(err error) string {
 			return metrics.ConnectAuth
 		}
 	}
-	var (
-		verify    *tls.CertificateVerificationError
-		unknownCA x509.UnknownAuthorityError
-		hostname  x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		header    tls.RecordHeaderError
-		alert     tls.AlertError
-	)
-	if errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &hostname) ||
-		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &alert) {
+	if tlsfiles.IsTLSError(err) {
 		return metrics.ConnectTLS
 	}
 	var ne net.Error

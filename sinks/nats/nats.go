@@ -10,8 +10,6 @@ package nats
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -297,16 +295,7 @@ func connectReason(err error) string {
 			return metrics.ConnectAuth
 		}
 	}
-	var (
-		verify    *tls.CertificateVerificationError
-		unknownCA x509.UnknownAuthorityError
-		hostname  x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		header    tls.RecordHeaderError
-		alert     tls.AlertError
-	)
-	if errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &hostname) ||
-		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &alert) ||
+	if tlsfiles.IsTLSError(err) ||
 		errors.Is(err, natsgo.ErrSecureConnRequired) || errors.Is(err, natsgo.ErrSecureConnWanted) {
 		return metrics.ConnectTLS
 	}
