@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,15 +42,7 @@ func TestGenerationChangedEmitsSpecEditsAndDeletesButNotStatusWrites(t *testing.
 	}
 	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "rollouts"}
 	ri := dyn.Resource(gvr).Namespace(ns)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, err := ri.List(ctx, metav1.ListOptions{}); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("CRD not served: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitServed(t, gvr)
 	k := start(t, cfgHeader+fmt.Sprintf("  - {group: %s, version: v1, resource: rollouts, updates: generationChanged, sinks: [out]}\n", group), testcluster.AdminUser)
 	k.WaitFor(t, "the initial snapshot", completed("rollouts."+group))
 

@@ -115,17 +115,18 @@ func installCRD(t *testing.T, group string) schema.GroupVersionResource {
 		t.Fatalf("create CRD: %v", err)
 	}
 	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "widgets"}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		_, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-		if err == nil {
-			return gvr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CRD %s not served: %v", crd.Name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitServed(t, gvr)
+	return gvr
+}
+
+// waitServed polls until the apiserver serves gvr (a CRD a moment after
+// its creation).
+func waitServed(t *testing.T, gvr schema.GroupVersionResource) {
+	t.Helper()
+	apptest.Eventually(t, gvr.String()+" to be served", func() bool {
+		_, err := dyn.Resource(gvr).List(context.Background(), metav1.ListOptions{})
+		return err == nil
+	})
 }
 
 func ptr[T any](v T) *T { return &v }
