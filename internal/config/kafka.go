@@ -119,6 +119,14 @@ type KafkaSink struct {
 	// ClientID is the client.id the brokers see (quotas, logs). Default
 	// "kubewire".
 	ClientID string `json:"clientId,omitempty"`
+	// Idempotent makes kubewire an idempotent Kafka producer: every batch
+	// carries a producer id, an epoch and sequence numbers, and kubewire
+	// moves to a new epoch before it retries a failed batch, so the broker
+	// refuses a stale copy of that batch that arrives late. Without it, a
+	// request kubewire gave up on (a timeout while the broker restarts) can
+	// still be appended after its retry and after newer changes of the same
+	// object. Default true when acks is "all"; it needs acks "all".
+	Idempotent *bool `json:"idempotent,omitempty"`
 	// Tombstones sends a tombstone (the key, a null value) after every
 	// deleted event, so a compacted topic forgets deleted objects. Default
 	// true.
@@ -227,6 +235,11 @@ func (k *KafkaSink) Defaulted() KafkaSink {
 	if d.ClientID == "" {
 		d.ClientID = "kubewire"
 	}
+	idem := d.Acks == KafkaAcksAll
+	if k.Idempotent != nil {
+		idem = *k.Idempotent
+	}
+	d.Idempotent = &idem
 	tomb := true
 	if k.Tombstones != nil {
 		tomb = *k.Tombstones
@@ -391,6 +404,10 @@ func validateKafkaSink(p *field.Path, k *KafkaSink) field.ErrorList {
 		oneOf("balancer", k.Balancer, KafkaBalancerMurmur2, KafkaBalancerCRC32, KafkaBalancerHash)
 	}
 	oneOf("acks", k.Acks, KafkaAcksAll, KafkaAcksLeader, KafkaAcksNone)
+	if k.Idempotent != nil && *k.Idempotent && k.Acks != "" && k.Acks != KafkaAcksAll {
+		errs = append(errs, field.Invalid(p.Child("idempotent"), *k.Idempotent,
+			fmt.Sprintf(`needs acks "all" (acks is %q): the broker can only discard a stale batch whose sequence it has fully acknowledged; set idempotent: false, or acks: all`, k.Acks)))
+	}
 	oneOf("compression", k.Compression, KafkaCompressionNone, KafkaCompressionGzip, KafkaCompressionSnappy,
 		KafkaCompressionLz4, KafkaCompressionZstd)
 

@@ -49,6 +49,7 @@ func TestTheKafkaBaseConfigIsValidAndDefaulted(t *testing.T) {
 		{"batch.linger", d.Batch.Linger.Duration, 5 * time.Millisecond},
 		{"clientId", d.ClientID, "kubewire"},
 		{"tombstones", *d.Tombstones, true},
+		{"idempotent", *d.Idempotent, true},
 		{"requestTimeout", d.RequestTimeout.Duration, 30 * time.Second},
 		{"createTopics", d.CreateTopics == nil, true},
 	}
@@ -79,6 +80,29 @@ func TestExplicitKafkaValuesSurviveDefaulting(t *testing.T) {
 	}
 	if cfg.Sinks[0].Kafka.Batch.MaxBytes != 0 {
 		t.Error("Defaulted modified the configuration it was called on")
+	}
+}
+
+func TestIdempotenceFollowsAcksUnlessSet(t *testing.T) {
+	cases := []struct {
+		name, extra string
+		want        bool
+	}{
+		{"With acks all it is on.", "", true},
+		{"With acks leader it is off.", "      acks: leader\n", false},
+		{"With acks none it is off.", "      acks: none\n", false},
+		{"It can be turned off with acks all.", "      idempotent: false\n", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(kafkaBase + c.extra))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := *cfg.Sinks[0].Kafka.Defaulted().Idempotent; got != c.want {
+				t.Errorf("idempotent = %v, want %v", got, c.want)
+			}
+		})
 	}
 }
 
@@ -185,6 +209,11 @@ func TestBadKafkaConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 			name: "A template that expands past 249 characters for a resource names the resource.",
 			yaml: withBlock("      topic: " + strings.Repeat("x", 230) + ".{group}.{resource}\n"),
 			want: []string{"sinks[0].kafka.topic", "for resources[1] (widgets.demo.kubewire.io)", "at most 249 characters"},
+		},
+		{
+			name: "An idempotent producer without acks all is refused with the reason.",
+			yaml: withBlock("      acks: leader\n      idempotent: true\n"),
+			want: []string{"sinks[0].kafka.idempotent: Invalid value: true", `needs acks "all"`},
 		},
 		{
 			name: "A key-less balancer is refused with the reason.",

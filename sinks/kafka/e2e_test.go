@@ -3,7 +3,9 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
@@ -189,5 +192,63 @@ func TestE2EKubewireAndJavasProducerPickTheSamePartition(t *testing.T) {
 				t.Errorf("key %q over %d partitions: kubewire picks %d, Java %d", keys[i], n, got, want)
 			}
 		}
+	}
+}
+
+// A request that failed moves the partition's producer to a new epoch; a copy
+// of the failed batch that reaches the real broker afterwards (as one held in
+// its request queue would) is refused, and the partition keeps flowing.
+func TestE2ERealKafkaRefusesABatchFromAnEpochKubewireLeft(t *testing.T) {
+	b := kafkatest.Start(t, nil)
+	s, prefix := newSink(t, b.Addr, 1, nil)
+	topic := widgetTopic(prefix)
+	createTopic(t, b.Addr, topic, 1, map[string]string{"max.message.bytes": "4000"})
+	connect(t, s)
+	write(t, s, sinktest.Change(informer.OpUpdated, "team-a", "small-1", 1))
+	id, epoch, seq, ok := kafka.ProducerState(s, topic, 0)
+	if !ok {
+		t.Fatal("the partition has no idempotent producer after a Write")
+	}
+
+	// Refused as too large, the first request fails and the partition moves
+	// on to a new epoch before it sends the reference.
+	big := sinktest.Change(informer.OpUpdated, "team-a", "big", 2)
+	big.Object.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
+	write(t, s, big)
+	if _, e, _, _ := kafka.ProducerState(s, topic, 0); e <= epoch {
+		t.Fatalf("epoch after a failed request = %d, want more than %d", e, epoch)
+	}
+
+	stale, err := kafka.EncodeIdempotent([]kafkago.Record{{Key: kafkago.NewBytes([]byte("k")),
+		Value: kafkago.NewBytes([]byte("stale"))}}, id, epoch, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &kafkago.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafkago.Client{Addr: kafkago.TCP(b.Addr), Timeout: 20 * time.Second, Transport: tr}
+	res, err := c.RawProduce(context.Background(), &kafkago.RawProduceRequest{Topic: topic, Partition: 0,
+		RequiredAcks: kafkago.RequireAll, RawRecords: protocol.RawRecordSet{Reader: bytes.NewReader(stale)}})
+	switch {
+	case err != nil:
+		t.Fatalf("RawProduce: %v", err)
+	case res.Error == nil:
+		t.Error("the broker appended a batch of an epoch the producer had left")
+	case !errors.Is(res.Error, kafkago.InvalidProducerEpoch):
+		t.Errorf("the broker refused the stale batch with %v, want %v", res.Error, kafkago.InvalidProducerEpoch)
+	}
+
+	write(t, s, sinktest.Change(informer.OpUpdated, "team-a", "small-2", 3))
+	var got []string
+	for _, r := range readTopic(context.Background(), t, b.Addr, topic) {
+		got = append(got, string(r.value[:min(len(r.value), 5)]))
+	}
+	for _, v := range got {
+		if v == "stale" {
+			t.Errorf("the stale batch is in the partition: %q", got)
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("the partition holds %d records, want 3 (small-1, big as a reference, small-2)", len(got))
 	}
 }

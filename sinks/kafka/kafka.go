@@ -21,6 +21,7 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -35,6 +36,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -66,6 +68,7 @@ type Sink struct {
 	log         *slog.Logger
 	structured  bool
 	tombstones  bool
+	idempotent  bool
 	acks        kafkago.RequiredAcks
 	compression kafkago.Compression
 	balancer    kafkago.Balancer
@@ -81,6 +84,9 @@ type Sink struct {
 	topics    map[string]*topic
 	sources   map[string]string // CloudEvent source -> topic
 	closed    bool
+	// spare is the producer id Connect got to check that the principal
+	// may produce idempotently; the first partition to need one takes it.
+	spare producer
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -105,6 +111,7 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		log:        log.With("sink", cfg.Name, "type", Type),
 		structured: c.ContentMode == config.ContentModeStructured,
 		tombstones: *c.Tombstones,
+		idempotent: *c.Idempotent,
 		topics:     map[string]*topic{},
 		sources:    map[string]string{},
 	}
@@ -199,6 +206,20 @@ func (s *Sink) connect(ctx context.Context) error {
 	if !strings.Contains(s.cfg.Topic, "{") {
 		if _, err := s.partitions(ctx, s.cfg.Topic); err != nil {
 			return err
+		}
+	}
+	if s.idempotent {
+		s.mu.Lock()
+		have := s.spare.valid
+		s.mu.Unlock()
+		if !have {
+			pr, err := s.newProducerID(ctx)
+			if err != nil {
+				return err
+			}
+			s.mu.Lock()
+			s.spare = pr
+			s.mu.Unlock()
 		}
 	}
 	return nil
@@ -647,6 +668,9 @@ type partition struct {
 	mu    sync.Mutex
 	queue []*unit
 	wake  chan struct{}
+
+	// producer is used by run's goroutine only.
+	producer producer
 }
 
 func (p *partition) submit(u *unit) {
@@ -785,20 +809,32 @@ func (p *partition) produce(rs []record) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout.Duration)
 	defer cancel()
 	start := time.Now()
-	res, err := s.client.Produce(ctx, &kafkago.ProduceRequest{
-		Topic:        p.topic,
-		Partition:    p.id,
-		RequiredAcks: s.acks,
-		Records:      kafkago.NewRecordReader(recs...),
-		Compression:  s.compression,
-	})
+	var res *kafkago.ProduceResponse
+	var err error
+	if s.idempotent {
+		res, err = p.produceIdempotent(ctx, recs)
+	} else {
+		res, err = s.client.Produce(ctx, &kafkago.ProduceRequest{
+			Topic:        p.topic,
+			Partition:    p.id,
+			RequiredAcks: s.acks,
+			Records:      kafkago.NewRecordReader(recs...),
+			Compression:  s.compression,
+		})
+	}
 	metrics.KafkaProduceSeconds.WithLabelValues(s.name).Observe(time.Since(start).Seconds())
 	if err == nil && res != nil && res.Error != nil {
 		err = res.Error
 	}
 	if err != nil {
+		if s.idempotent {
+			p.producer.failed()
+		}
 		metrics.KafkaProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
 		return fmt.Errorf("kafka: produce %d records to %s[%d]: %w", len(rs), p.topic, p.id, err)
+	}
+	if s.idempotent {
+		p.producer.sent(len(rs))
 	}
 	metrics.KafkaProduceRequests.WithLabelValues(s.name, "ok").Inc()
 	metrics.KafkaBatchRecords.WithLabelValues(s.name).Observe(float64(len(rs)))
@@ -817,6 +853,29 @@ func (p *partition) produce(rs []record) error {
 	metrics.KafkaRecords.WithLabelValues(s.name, kindTombstone).Add(float64(tombstones))
 	metrics.KafkaRecords.WithLabelValues(s.name, kindMarker).Add(float64(markers))
 	return nil
+}
+
+// produceIdempotent sends recs as the partition's idempotent producer,
+// getting a producer id first if it has none.
+func (p *partition) produceIdempotent(ctx context.Context, recs []kafkago.Record) (*kafkago.ProduceResponse, error) {
+	s := p.s
+	if !p.producer.valid {
+		pr, err := s.takeProducerID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.producer = pr
+	}
+	raw, err := encodeIdempotent(recs, s.compression, p.producer)
+	if err != nil {
+		return nil, err
+	}
+	return s.client.RawProduce(ctx, &kafkago.RawProduceRequest{
+		Topic:        p.topic,
+		Partition:    p.id,
+		RequiredAcks: s.acks,
+		RawRecords:   protocol.RawRecordSet{Reader: bytes.NewReader(raw)},
+	})
 }
 
 // connectReason sorts a Connect error into the reasons of

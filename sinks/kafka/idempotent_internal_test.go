@@ -1,0 +1,80 @@
+package kafka
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"math"
+	"testing"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+)
+
+func TestAStampedBatchCarriesTheProducerAndAValidChecksum(t *testing.T) {
+	for _, codec := range []kafkago.Compression{0, kafkago.Gzip, kafkago.Snappy, kafkago.Lz4, kafkago.Zstd} {
+		recs := []kafkago.Record{
+			{Key: kafkago.NewBytes([]byte("a")), Value: kafkago.NewBytes([]byte(`{"n":1}`))},
+			{Key: kafkago.NewBytes([]byte("b")), Value: kafkago.NewBytes([]byte(`{"n":2}`)),
+				Headers: []kafkago.Header{{Key: "ce_id", Value: []byte("x")}}},
+		}
+		raw, err := encodeIdempotent(recs, codec, producer{id: 4242, epoch: 7, seq: 1000, valid: true})
+		if err != nil {
+			t.Fatalf("%v: %v", codec, err)
+		}
+		batch := raw[rawSizeLen:]
+		if got, want := binary.BigEndian.Uint32(batch[batchCRC:]), crc32.Checksum(batch[batchAttributes:], castagnoli); got != want {
+			t.Errorf("%v: checksum %x, want %x", codec, got, want)
+		}
+		var rs protocol.RecordSet
+		if _, err := rs.ReadFrom(bytes.NewReader(raw)); err != nil {
+			t.Fatalf("%v: kafka-go cannot read the batch back: %v", codec, err)
+		}
+		rb, ok := rs.Records.(*protocol.RecordStream)
+		if !ok || len(rb.Records) != 1 {
+			t.Fatalf("%v: read back %T, want one batch", codec, rs.Records)
+		}
+		b, ok := rb.Records[0].(*protocol.RecordBatch)
+		if !ok {
+			t.Fatalf("%v: read back %T, want a record batch", codec, rb.Records[0])
+		}
+		if b.ProducerID != 4242 || b.ProducerEpoch != 7 || b.BaseSequence != 1000 {
+			t.Errorf("%v: producer %d epoch %d sequence %d, want 4242, 7, 1000", codec, b.ProducerID, b.ProducerEpoch, b.BaseSequence)
+		}
+		if got := b.Attributes.Compression(); got != codec {
+			t.Errorf("%v: compression %v", codec, got)
+		}
+		n := 0
+		for {
+			if _, err := b.ReadRecord(); err != nil {
+				break
+			}
+			n++
+		}
+		if n != 2 {
+			t.Errorf("%v: %d records read back, want 2", codec, n)
+		}
+	}
+}
+
+func TestAProducerMovesToANewEpochAfterAFailureAndGivesUpItsIDAtTheLast(t *testing.T) {
+	p := producer{id: 1, epoch: 3, seq: 10, valid: true}
+	p.failed()
+	if p != (producer{id: 1, epoch: 4, seq: 0, valid: true}) {
+		t.Errorf("after a failure: %+v, want epoch 4 at sequence 0", p)
+	}
+	p.sent(5)
+	if p.seq != 5 {
+		t.Errorf("after 5 records: sequence %d", p.seq)
+	}
+	p.seq = math.MaxInt32 - 2
+	p.sent(5)
+	if p.epoch != 5 || p.seq != 0 {
+		t.Errorf("past the last sequence: %+v, want the next epoch at sequence 0", p)
+	}
+	p.epoch = math.MaxInt16
+	p.failed()
+	if p.valid {
+		t.Errorf("past the last epoch: %+v, want no producer id", p)
+	}
+}
