@@ -124,6 +124,7 @@ type Broker struct {
 	t      testing.TB
 	dir    string
 	extra  []listener
+	ca     *CA
 	props  string
 	logf   string
 	mu     sync.Mutex

@@ -25,6 +25,9 @@ type Options struct {
 	// TLS adds a listener that speaks TLS and nothing else, at
 	// Broker.SSLAddr.
 	TLS bool
+	// ClientAuth makes the TLS listener require a client certificate signed
+	// by the broker's CA; Broker.IssueClientCert makes one.
+	ClientAuth bool
 	// SASL adds a SASL_SSL listener, at Broker.SASLSSLAddr, that accepts
 	// Users with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN.
 	SASL bool
@@ -61,6 +64,7 @@ func (b *Broker) secure(o Options) (map[string]string, []string, error) {
 		return nil, nil, err
 	}
 	b.CAFile = ca.CertFile
+	b.ca = ca
 	keyPEM, chainPEM, err := ca.Issue("kafka broker", []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return nil, nil, err
@@ -76,6 +80,12 @@ func (b *Broker) secure(o Options) (map[string]string, []string, error) {
 		l := listener{name: tlsListener, protocol: "SSL", addr: "127.0.0.1:" + strconv.Itoa(freePort(b.t))}
 		b.extra = append(b.extra, l)
 		b.SSLAddr = l.addr
+		if o.ClientAuth {
+			prefix := "listener.name." + strings.ToLower(tlsListener) + "."
+			props[prefix+"ssl.client.auth"] = "required"
+			props[prefix+"ssl.truststore.type"] = "PEM"
+			props[prefix+"ssl.truststore.certificates"] = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}))
+		}
 	}
 	var format []string
 	if o.SASL {
@@ -161,8 +171,30 @@ func NewCA(dir, name string) (*CA, error) {
 	return &CA{CertFile: f, cert: cert, key: key}, nil
 }
 
-// Issue returns a server certificate for the names and addresses, signed by
-// the CA, as an unencrypted PKCS#8 key and a chain (leaf, then CA) in PEM.
+// IssueClientCert writes a client certificate and key signed by the
+// broker's CA into dir and returns their paths. The broker must have been
+// started with TLS.
+func (b *Broker) IssueClientCert(dir, name string) (certFile, keyFile string, err error) {
+	if b.ca == nil {
+		return "", "", fmt.Errorf("kafkatest: the broker has no CA; start it with TLS")
+	}
+	keyPEM, chainPEM, err := b.ca.Issue(name, nil, nil)
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	if err := os.WriteFile(certFile, chainPEM, 0o600); err != nil {
+		return "", "", fmt.Errorf("kafkatest: %w", err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		return "", "", fmt.Errorf("kafkatest: %w", err)
+	}
+	return certFile, keyFile, nil
+}
+
+// Issue returns a certificate for the names and addresses, good for a
+// server and a client, signed by the CA, as an unencrypted PKCS#8 key and a
+// chain (leaf, then CA) in PEM.
 func (ca *CA) Issue(name string, dns []string, ips []net.IP) (keyPEM, chainPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -174,7 +206,7 @@ func (ca *CA) Issue(name string, dns []string, ips []net.IP) (keyPEM, chainPEM [
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     dns,
 		IPAddresses:  ips,
 	}

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 )
 
@@ -54,6 +55,19 @@ func IsTLSError(err error) bool {
 		header    tls.RecordHeaderError
 		alert     tls.AlertError
 	)
-	return errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &hostname) ||
-		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &alert)
+	if errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &alert) {
+		return true
+	}
+	return IsPeerAlert(err)
+}
+
+// IsPeerAlert reports whether the other side ended the TLS handshake with
+// an alert, as a server does that requires a client certificate and got
+// none or one it does not trust.
+func IsPeerAlert(err error) bool {
+	// Over TCP, crypto/tls reports a received alert as a net.OpError with
+	// this Op; tls.AlertError is only used with QUIC.
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }

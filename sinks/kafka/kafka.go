@@ -201,6 +201,9 @@ func (s *Sink) connect(ctx context.Context) error {
 		if sc := s.cfg.SASL; sc != nil {
 			how = fmt.Sprintf(" with SASL %s as user %q", sc.Mechanism, sc.Username)
 		}
+		if tlsfiles.IsPeerAlert(err) && (s.cfg.TLS == nil || s.cfg.TLS.CertFile == "") {
+			how += " (the broker ended the TLS handshake, and no client certificate is configured: tls.certFile and tls.keyFile)"
+		}
 		return fmt.Errorf("kafka: connect to %s%s: %w", strings.Join(s.cfg.Brokers, ","), how, err)
 	}
 	if !strings.Contains(s.cfg.Topic, "{") {

@@ -98,7 +98,7 @@ func scramFromFile(caFile, password string) func(*config.KafkaSink) {
 // One broker, with a TLS-only and a SASL_SSL listener besides PLAINTEXT,
 // serves every case: starting Kafka is the slow part.
 func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
-	b := kafkatest.StartWith(t, kafkatest.Options{TLS: true, SASL: true, Users: map[string]string{kafkaUser: kafkaPassword}})
+	b := kafkatest.StartWith(t, kafkatest.Options{TLS: true, ClientAuth: true, SASL: true, Users: map[string]string{kafkaUser: kafkaPassword}})
 
 	t.Run("SCRAM-SHA-512 over TLS with a verified CA and the password from a file passes the conformance cases", func(t *testing.T) {
 		pw := writeFile(t, "password", kafkaPassword+"\n")
@@ -135,12 +135,53 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 		}
 	})
 
-	t.Run("TLS without SASL verifies the broker against the CA and writes", func(t *testing.T) {
+	t.Run("SCRAM-SHA-256 over TLS writes and reads back", func(t *testing.T) {
+		pw := writeFile(t, "password", kafkaPassword)
 		var logs syncBuffer
-		s, sc, prefix := secureSink(t, "kafka-tls", b.SSLAddr, &logs, func(k *config.KafkaSink) {
+		s, sc, prefix := secureSink(t, "kafka-scram256", b.SASLSSLAddr, &logs, func(k *config.KafkaSink) {
 			k.TLS = &config.KafkaTLS{CAFile: b.CAFile}
+			k.SASL = &config.KafkaSASL{Mechanism: config.KafkaSASLScramSHA256, Username: kafkaUser, PasswordFile: pw}
 		})
 		writeAndReadBack(t, s, sc, widgetTopic(prefix))
+		if strings.Contains(logs.String(), kafkaPassword) {
+			t.Errorf("the password appears in the logs:\n%s", logs.String())
+		}
+	})
+
+	t.Run("Mutual TLS with a client certificate verifies the broker against the CA and writes", func(t *testing.T) {
+		cert, key, err := b.IssueClientCert(t.TempDir(), "kubewire")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs syncBuffer
+		s, sc, prefix := secureSink(t, "kafka-mtls", b.SSLAddr, &logs, func(k *config.KafkaSink) {
+			k.TLS = &config.KafkaTLS{CAFile: b.CAFile, CertFile: cert, KeyFile: key}
+		})
+		writeAndReadBack(t, s, sc, widgetTopic(prefix))
+	})
+
+	t.Run("TLS without the client certificate the broker requires fails Connect with a TLS error", func(t *testing.T) {
+		name := "kafka-no-client-cert"
+		var logs syncBuffer
+		s, _, _ := secureSink(t, name, b.SSLAddr, &logs, func(k *config.KafkaSink) {
+			k.TLS = &config.KafkaTLS{CAFile: b.CAFile}
+		})
+		before := testutil.ToFloat64(metrics.SinkConnectFailures.WithLabelValues(name, metrics.ConnectTLS))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := s.Connect(ctx)
+		if err == nil {
+			t.Fatal("Connect without a client certificate succeeded against a broker that requires one")
+		}
+		t.Logf("Connect: %v", err)
+		for _, want := range []string{b.SSLAddr, "no client certificate is configured"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("the Connect error does not say %q: %v", want, err)
+			}
+		}
+		if d := testutil.ToFloat64(metrics.SinkConnectFailures.WithLabelValues(name, metrics.ConnectTLS)) - before; d != 1 {
+			t.Errorf("kubewire_sink_connect_failures_total{reason=tls} grew by %v, want 1", d)
+		}
 	})
 
 	for _, mech := range []string{config.KafkaSASLScramSHA512, config.KafkaSASLPlain} {
