@@ -56,18 +56,30 @@ func New(in []byte, opt BuildOptions) (*Object, error) {
 	}
 	md := gjson.Get(s, "metadata")
 
-	// Find managedFields and the newest entry in one pass over metadata.
+	// One pass over metadata finds managedFields, their newest entry and
+	// the identity fields.
 	cutFrom, cutTo := -1, -1
 	var cb ChangedBy
 	var hasCB bool
+	var name, namespace, uid, resourceVersion, generation gjson.Result
 	if md.IsObject() {
 		md.ForEach(func(k, v gjson.Result) bool {
-			if k.Str != "managedFields" {
-				return true
-			}
-			cb, hasCB = newest(v)
-			if !opt.KeepManagedFields {
-				cutFrom, cutTo = memberSpan(s, k.Index, v.Index+len(v.Raw))
+			switch k.Str {
+			case "managedFields":
+				cb, hasCB = newest(v)
+				if !opt.KeepManagedFields {
+					cutFrom, cutTo = memberSpan(s, k.Index, v.Index+len(v.Raw))
+				}
+			case "name":
+				name = v
+			case "namespace":
+				namespace = v
+			case "uid":
+				uid = v
+			case "resourceVersion":
+				resourceVersion = v
+			case "generation":
+				generation = v
 			}
 			return true
 		})
@@ -79,10 +91,12 @@ func New(in []byte, opt BuildOptions) (*Object, error) {
 		typeMeta = opt.TypeMeta
 	}
 
-	n := len(in) + len(typeMeta)
+	// inserted is how many bytes go in after the opening brace.
+	inserted := len(typeMeta)
 	if typeMeta != nil && !emptyObject(s, open) {
-		n++ // the comma after the inserted members
+		inserted++ // the comma after the inserted members
 	}
+	n := len(in) + inserted
 	if cutFrom >= 0 {
 		n -= cutTo - cutFrom
 	}
@@ -101,6 +115,29 @@ func New(in []byte, opt BuildOptions) (*Object, error) {
 		buf = append(buf, in[open+1:]...)
 	}
 	o := &Object{JSON: buf[:len(buf):len(buf)]}
+
+	// The identity strings point into the copy, so they cost no
+	// allocation and do not pin in: a value at offset p of in is at
+	// offset p+inserted of the copy, less the cut if it came after it.
+	inCopy := func(v gjson.Result) string {
+		if v.Type != gjson.String {
+			return ""
+		}
+		if len(v.Raw) != len(v.Str)+2 {
+			// Escaped: gjson unescaped it into a string of its own.
+			return v.Str
+		}
+		p := v.Index + 1 + inserted
+		if cutFrom >= 0 && v.Index >= cutTo {
+			p -= cutTo - cutFrom
+		}
+		return str(o.JSON[p : p+len(v.Str)])
+	}
+	o.name, o.namespace = inCopy(name), inCopy(namespace)
+	o.uid, o.resourceVersion = inCopy(uid), inCopy(resourceVersion)
+	if generation.Type == gjson.Number {
+		o.generation = generation.Int()
+	}
 	if hasCB {
 		// The provenance strings live in the same allocation, after the
 		// JSON, because the bytes they came from have just been cut.
@@ -111,35 +148,7 @@ func New(in []byte, opt BuildOptions) (*Object, error) {
 		}
 		o.hasChangedBy = true
 	}
-	o.parseIdentity()
 	return o, nil
-}
-
-// parseIdentity reads the metadata the informer and events need. Strings
-// without escapes alias JSON, so they cost no allocation.
-func (o *Object) parseIdentity() {
-	md := o.metadata()
-	if !md.IsObject() {
-		return
-	}
-	md.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "name":
-			o.name = v.Str
-		case "namespace":
-			o.namespace = v.Str
-		case "uid":
-			o.uid = v.Str
-		case "resourceVersion":
-			o.resourceVersion = v.Str
-		case "generation":
-			o.generation = 0
-			if v.Type == gjson.Number {
-				o.generation = v.Int()
-			}
-		}
-		return true
-	})
 }
 
 // tail appends s to buf within its capacity and returns the appended bytes

@@ -202,57 +202,75 @@ func (lw *listWatch) watch(ctx context.Context, opts metav1.ListOptions) (watch.
 }
 
 // WatchDecoder reads watch events from a JSON watch stream. Each frame is
-// read by encoding/json's Decoder, which finds the end of the frame whatever
-// the whitespace between frames and checks it is valid JSON (the one full
-// pass over the bytes); the object is then sliced out of the frame.
+// found and validated by a frameReader (the one full validating pass over
+// the bytes); its type and object come from that scan when the frame has
+// the apiserver's layout and from gjson otherwise, and New copies the
+// object out of the frame.
 type WatchDecoder struct {
-	rc  io.ReadCloser
-	dec *json.Decoder
-	opt BuildOptions
-	buf json.RawMessage
+	rc     io.ReadCloser
+	frames *frameReader
+	opt    BuildOptions
+	// err is the first error, returned by every later call.
+	err error
 }
 
 var _ watch.Decoder = (*WatchDecoder)(nil)
 
 // NewWatchDecoder decodes the watch stream rc.
 func NewWatchDecoder(rc io.ReadCloser, opt BuildOptions) *WatchDecoder {
-	return &WatchDecoder{rc: rc, dec: json.NewDecoder(rc), opt: opt}
+	return &WatchDecoder{rc: rc, frames: newFrameReader(rc), opt: opt}
 }
 
 // Decode returns the next event. ERROR events carry a *metav1.Status, so
 // the reflector sees the apiserver's error (410 Gone makes it relist);
 // BOOKMARK events carry an Object with the resourceVersion and annotations
 // the reflector reads (the end of a streamed initial list).
+//
+// A stream that ends cleanly between frames gives io.EOF, one that ends
+// inside a frame io.ErrUnexpectedEOF, and a read error is returned as it
+// is: the watch.StreamWatcher tells these apart. Any error is final.
 func (d *WatchDecoder) Decode() (watch.EventType, runtime.Object, error) {
-	// Reuse one frame buffer: New copies what it keeps.
-	d.buf = d.buf[:0]
-	if err := d.dec.Decode(&d.buf); err != nil {
+	if d.err != nil {
+		return "", nil, d.err
+	}
+	t, o, err := d.decode()
+	if err != nil {
+		d.err = err
+	}
+	return t, o, err
+}
+
+func (d *WatchDecoder) decode() (watch.EventType, runtime.Object, error) {
+	// The frame aliases the reader's buffer, which the next Decode
+	// overwrites while this event is still in flight: New copies what it
+	// keeps, and the type is one of the package's constants.
+	fr, err := d.frames.next()
+	if err != nil {
 		return "", nil, err
 	}
-	s := str(d.buf)
-	var typ string
-	var obj gjson.Result
-	gjson.Parse(s).ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "type":
-			typ = v.Str
-		case "object":
-			obj = v
-		}
-		return true
-	})
-	// typ aliases the frame buffer, which the next Decode overwrites while
-	// the event is still in flight: use the package's constants.
+	typ, raw, ok := fr.envelope()
+	if !ok {
+		var obj gjson.Result
+		gjson.Parse(str(fr.b)).ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "type":
+				typ = v.Str
+			case "object":
+				obj = v
+			}
+			return true
+		})
+		raw = fr.b[obj.Index : obj.Index+len(obj.Raw)]
+	}
 	var t watch.EventType
 	for _, c := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error} {
 		if typ == string(c) {
 			t = c
 		}
 	}
-	raw := d.buf[obj.Index : obj.Index+len(obj.Raw)]
 	switch t {
 	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
-		if !obj.IsObject() {
+		if len(raw) == 0 || raw[0] != '{' {
 			return "", nil, fmt.Errorf("raw: %s watch event without an object", t)
 		}
 		o, err := New(raw, d.opt)
