@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/wI2L/jsondiff"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,22 +24,11 @@ func objectOf(c *informer.Change) metav1.Object {
 	return nil
 }
 
-// setRawChangedBy is setChangedBy for the raw path: the raw ListerWatcher
-// read the newest managedFields entry before cutting them.
-func setRawChangedBy(ev *event.Event, o *raw.Object) {
+// rawChangedBy is changedBy for the raw path: the raw ListerWatcher read
+// the newest managedFields entry before cutting them.
+func rawChangedBy(o *raw.Object) (provenance, bool) {
 	cb, ok := o.ChangedBy()
-	if !ok {
-		return
-	}
-	if cb.Manager != "" {
-		ev.SetExtension(ExtChangedBy, cb.Manager)
-	}
-	if cb.Operation != "" {
-		ev.SetExtension(ExtChangeOp, cb.Operation)
-	}
-	if cb.Time != "" {
-		ev.SetExtension(ExtChangeTime, cb.Time)
-	}
+	return provenance{cb.Manager, cb.Operation, cb.Time}, ok
 }
 
 // rawData is objectData for the raw path. In the full payload mode the data

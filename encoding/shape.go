@@ -3,8 +3,6 @@ package encoding
 import (
 	"encoding/json"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/shape"
 )
@@ -17,29 +15,45 @@ const (
 	ExtChangeTime = "changetime"
 )
 
-// setChangedBy adds the changedby extensions. Deletes get none: a delete
-// writes no managedFields entry, so the newest entry names whoever last
-// edited the object, not whoever deleted it, and would mislead an audit.
-func setChangedBy(ev *event.Event, c *informer.Change) {
+// provenance is the value of the changedby extensions.
+type provenance struct{ manager, operation, time string }
+
+// changedBy returns the provenance of the change's object. Deletes have
+// none: a delete writes no managedFields entry, so the newest entry names
+// whoever last edited the object, not whoever deleted it, and would mislead
+// an audit.
+func changedBy(c *informer.Change) (provenance, bool) {
 	if c.Op == informer.OpDeleted {
-		return
+		return provenance{}, false
 	}
 	if c.Raw != nil {
-		setRawChangedBy(ev, c.Raw)
-		return
+		return rawChangedBy(c.Raw)
 	}
 	cb, ok := shape.ChangedByOf(c.Object.Object)
-	if !ok {
-		return
+	return provenance{cb.Manager, cb.Operation, cb.Time}, ok
+}
+
+// count is the number of extensions set adds.
+func (p provenance) count() int {
+	n := 0
+	for _, v := range [...]string{p.manager, p.operation, p.time} {
+		if v != "" {
+			n++
+		}
 	}
-	if cb.Manager != "" {
-		ev.SetExtension(ExtChangedBy, cb.Manager)
+	return n
+}
+
+// set adds the changedby extensions that have a value.
+func (p provenance) set(ext map[string]any) {
+	if p.manager != "" {
+		ext[ExtChangedBy] = p.manager
 	}
-	if cb.Operation != "" {
-		ev.SetExtension(ExtChangeOp, cb.Operation)
+	if p.operation != "" {
+		ext[ExtChangeOp] = p.operation
 	}
-	if cb.Time != "" {
-		ev.SetExtension(ExtChangeTime, cb.Time)
+	if p.time != "" {
+		ext[ExtChangeTime] = p.time
 	}
 }
 
