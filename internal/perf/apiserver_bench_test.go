@@ -12,6 +12,7 @@ package perf
 //	go test -tags bench -run 'APIServer' -v -timeout 60m ./internal/perf
 //	KUBEWIRE_BENCH_N=100000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
 //	KUBEWIRE_BENCH_CACHE=raw KUBEWIRE_BENCH_N=100000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
+//	KUBEWIRE_BENCH_KIND=pods KUBEWIRE_BENCH_CACHE=raw KUBEWIRE_BENCH_N=50000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
 //	KUBEWIRE_BENCH_RATES=200,1000 KUBEWIRE_BENCH_SECONDS=20 go test -tags bench -run 'Latency' -v ./internal/perf
 
 import (
@@ -21,7 +22,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,7 +57,11 @@ func TestMain(m *testing.M) {
 func runMain(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	c, err := testcluster.Start(ctx, testcluster.Options{Progress: os.Stderr})
+	// 100k Pods, each written twice (create, then status), come close to
+	// etcd's default 2 GiB quota (the database was 1.4 GB at 93k Pods); the
+	// headroom keeps larger runs from failing with "mvcc: database space
+	// exceeded".
+	c, err := testcluster.Start(ctx, testcluster.Options{Progress: os.Stderr, EtcdQuotaBackendBytes: 8 << 30})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the test cluster:", err)
 		return 1
@@ -78,6 +83,9 @@ func envInt(name string, def int) int {
 func adminConfig() *rest.Config {
 	rc := cluster.RESTConfig(testcluster.AdminUser)
 	rc.QPS, rc.Burst = 5000, 10000
+	// benchdata's Pods name two container ports "http"; the apiserver warns
+	// on every create, once is enough.
+	rc.WarningHandler = rest.NewWarningWriter(os.Stderr, rest.WarningWriterOptions{Deduplicate: true})
 	return rc
 }
 
@@ -89,11 +97,39 @@ func createNamespace(t *testing.T, kube kubernetes.Interface, name string) {
 	}
 }
 
+// benchKind is the kind TestSnapshotAgainstAPIServer creates and watches:
+// KUBEWIRE_BENCH_KIND=configmaps (the default) or pods.
+func benchKind(t *testing.T) benchdata.Kind {
+	switch v := cmpOr(os.Getenv("KUBEWIRE_BENCH_KIND"), "configmaps"); v {
+	case "configmaps", "configmap":
+		return benchdata.ConfigMaps
+	case "pods", "pod":
+		return benchdata.Pods
+	default:
+		t.Fatalf("KUBEWIRE_BENCH_KIND: %q is neither configmaps nor pods", v)
+		return benchdata.Kind{}
+	}
+}
+
 // createConfigMaps creates n generated ConfigMaps in ns with 32 writers and
 // returns how long it took.
 func createConfigMaps(t *testing.T, dyn dynamic.Interface, ns string, n int) time.Duration {
 	t.Helper()
-	ri := dyn.Resource(benchdata.ConfigMaps.GVR).Namespace(ns)
+	return createObjects(t, dyn, benchdata.ConfigMaps, ns, n)
+}
+
+// createObjects creates n generated objects of kind k in ns with 32 writers
+// and returns how long it took.
+//
+// The apiserver drops a Pod's status on create, so each Pod is written
+// twice, as in a cluster: created with the spec under the field manager
+// kube-controller-manager, then its status (running, with container
+// statuses) merge-patched through the status subresource as the kubelet.
+// The served Pod then has benchdata's shape, managedFields of both managers
+// included.
+func createObjects(t *testing.T, dyn dynamic.Interface, k benchdata.Kind, ns string, n int) time.Duration {
+	t.Helper()
+	ri := dyn.Resource(k.GVR).Namespace(ns)
 	start := time.Now()
 	next := atomic.Int64{}
 	var failed atomic.Value
@@ -105,14 +141,7 @@ func createConfigMaps(t *testing.T, dyn dynamic.Interface, ns string, n int) tim
 				if i >= n || failed.Load() != nil {
 					return
 				}
-				o := benchdata.ConfigMap(benchdata.DefaultSeed, i)
-				m := o["metadata"].(map[string]any)
-				// What the server sets itself, it must not be sent.
-				for _, f := range []string{"uid", "creationTimestamp", "managedFields"} {
-					delete(m, f)
-				}
-				m["namespace"] = ns
-				if _, err := ri.Create(context.Background(), &unstructured.Unstructured{Object: o}, metav1.CreateOptions{}); err != nil {
+				if err := createObject(ri, k, i, ns); err != nil {
 					failed.Store(err)
 					return
 				}
@@ -121,17 +150,43 @@ func createConfigMaps(t *testing.T, dyn dynamic.Interface, ns string, n int) tim
 	}
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
-		t.Fatalf("creating ConfigMaps: %v", err)
+		t.Fatalf("creating %s: %v", k.GVR.Resource, err)
 	}
 	return time.Since(start)
+}
+
+func createObject(ri dynamic.ResourceInterface, k benchdata.Kind, i int, ns string) error {
+	o := k.New(benchdata.DefaultSeed, i)
+	m := o["metadata"].(map[string]any)
+	// What the server sets itself, it must not be sent.
+	for _, f := range []string{"uid", "creationTimestamp", "managedFields"} {
+		delete(m, f)
+	}
+	m["namespace"] = ns
+	status, hasStatus := o["status"]
+	delete(o, "status")
+	opts := metav1.CreateOptions{}
+	if k.Name == benchdata.Pods.Name {
+		opts.FieldManager = "kube-controller-manager"
+	}
+	created, err := ri.Create(context.Background(), &unstructured.Unstructured{Object: o}, opts)
+	if err != nil || !hasStatus {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	_, err = ri.Patch(context.Background(), created.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubelet"}, "status")
+	return err
 }
 
 // servedJSONBytes is the mean size of the objects in ns as the apiserver
 // serves them (managedFields included), read page by page so the
 // measurement itself holds little memory.
-func servedJSONBytes(t *testing.T, dyn dynamic.Interface, ns string) (mean float64, count int) {
+func servedJSONBytes(t *testing.T, dyn dynamic.Interface, k benchdata.Kind, ns string) (mean float64, count int) {
 	t.Helper()
-	ri := dyn.Resource(benchdata.ConfigMaps.GVR).Namespace(ns)
+	ri := dyn.Resource(k.GVR).Namespace(ns)
 	total := 0
 	opts := metav1.ListOptions{Limit: 500}
 	for {
@@ -198,17 +253,21 @@ func (r *run) stop() {
 	<-r.done
 }
 
-// kubewireConfig watches ns's ConfigMaps; KUBEWIRE_BENCH_CACHE=raw measures
-// the raw-bytes cache instead of unstructured.
-func kubewireConfig(ns, sinkYAML string) string {
-	cache := cmpOr(os.Getenv("KUBEWIRE_BENCH_CACHE"), "unstructured")
+// benchCache is the cache of the watched resource: KUBEWIRE_BENCH_CACHE,
+// else kubewire's own default, raw.
+func benchCache() string { return cmpOr(os.Getenv("KUBEWIRE_BENCH_CACHE"), config.CacheRaw) }
+
+// kubewireConfig watches ns's resource (configmaps, pods) with the cache
+// benchCache names.
+func kubewireConfig(resource, ns, sinkYAML string) string {
+	cache := benchCache()
 	return `apiVersion: kubewire.io/v1alpha1
 kind: Config
 cluster: bench
 sinks:
 ` + sinkYAML + `
 resources:
-  - {version: v1, resource: configmaps, namespaces: [` + ns + `], cache: ` + cache + `, sinks: [out]}
+  - {version: v1, resource: ` + resource + `, namespaces: [` + ns + `], cache: ` + cache + `, sinks: [out]}
 `
 }
 
@@ -246,24 +305,68 @@ func peakRSS() int64 {
 	return -1
 }
 
+// procCPU is the user+system CPU time of process pid so far, from
+// /proc/pid/stat (in clock ticks of 10 ms, Linux's USER_HZ on amd64).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The command name may hold spaces; the fields after it do not.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// procRSS is process pid's current resident set, in bytes.
+func procRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for l := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+// cpuSplit is the CPU time of this process, etcd and kube-apiserver so far.
+type cpuSplit struct{ test, etcd, apiserver time.Duration }
+
+func readCPUSplit() cpuSplit {
+	s := cpuSplit{test: cpuTime()}
+	if pids := cluster.PIDs(); len(pids) == 2 { // etcd, then kube-apiserver
+		s.etcd, s.apiserver = procCPU(pids[0]), procCPU(pids[1])
+	}
+	return s
+}
+
+func (s cpuSplit) sub(o cpuSplit) cpuSplit {
+	return cpuSplit{s.test - o.test, s.etcd - o.etcd, s.apiserver - o.apiserver}
+}
+
 // resetPeakRSS makes VmHWM start again from the current RSS (Linux's
 // clear_refs value 5), so the peak is that of the phase being measured.
 func resetPeakRSS() {
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
 }
 
-func heapAfterGC() uint64 {
-	var m runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
-// TestSnapshotAgainstAPIServer creates N ConfigMaps (KUBEWIRE_BENCH_N,
-// default 10,000), starts kubewire with a Kafka sink on kfake, and reports
+// TestSnapshotAgainstAPIServer creates N objects (KUBEWIRE_BENCH_N, default
+// 10,000) of KUBEWIRE_BENCH_KIND (configmaps, the default, or pods), starts kubewire with a Kafka sink on kfake, and reports
 // the time from start to the acknowledged snapshot.completed marker, the
 // heap each cached object holds, and the peak RSS of the run.
+//
+// A second RESULT line splits the CPU time of the snapshot between this
+// process (kubewire and kfake), kube-apiserver and etcd, and gives the
+// servers' RSS; KUBEWIRE_BENCH_CPUPROFILE=file writes a CPU profile of this
+// process during the snapshot.
 //
 // The heap per object is the difference between the live heap with kubewire
 // synced and idle, and after it stopped, both after GC; what the in-process
@@ -271,37 +374,59 @@ func heapAfterGC() uint64 {
 // process's, and so includes kfake holding every record it was sent.
 func TestSnapshotAgainstAPIServer(t *testing.T) {
 	n := envInt("KUBEWIRE_BENCH_N", 10000)
+	k := benchKind(t)
 	rc := adminConfig()
 	kube := kubernetes.NewForConfigOrDie(rc)
 	dyn := dynamic.NewForConfigOrDie(rc)
-	ns := fmt.Sprintf("bench-snapshot-%d", n)
+	ns := fmt.Sprintf("bench-snapshot-%s-%d", k.GVR.Resource, n)
 	createNamespace(t, kube, ns)
-	created := createConfigMaps(t, dyn, ns, n)
-	jsonMean, listed := servedJSONBytes(t, dyn, ns)
+	created := createObjects(t, dyn, k, ns, n)
+	jsonMean, listed := servedJSONBytes(t, dyn, k, ns)
 	if listed != n {
-		t.Fatalf("listed %d ConfigMaps, created %d", listed, n)
+		t.Fatalf("listed %d %s, created %d", listed, k.GVR.Resource, n)
 	}
 	addr := startKfake(t)
 
 	base := heapAfterGC()
+	if path := os.Getenv("KUBEWIRE_BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	resetPeakRSS()
+	cpu0 := readCPUSplit()
 	start := time.Now()
-	r := startKubewire(t, kubewireConfig(ns, kfakeSinkYAML(addr)))
+	r := startKubewire(t, kubewireConfig(k.GVR.Resource, ns, kfakeSinkYAML(addr)))
 	select {
 	case <-r.ack.synced:
 	case <-time.After(30 * time.Minute):
 		t.Fatal("snapshot not acknowledged within 30m")
 	}
 	snapshot := time.Since(start)
+	cpu := readCPUSplit().sub(cpu0)
+	pprof.StopCPUProfile()
 	rss := peakRSS()
+	var etcdRSS, apiRSS int64
+	if pids := cluster.PIDs(); len(pids) == 2 {
+		etcdRSS, apiRSS = procRSS(pids[0]), procRSS(pids[1])
+	}
 	with := heapAfterGC()
 	r.stop()
 	r = nil
 	after := heapAfterGC()
 	perObj := float64(int64(with)-int64(after)) / float64(n)
-	t.Logf("RESULT snapshot N=%d created_in=%s (%.0f/s) snapshot_published_in=%s (%.0f objects/s) heap_per_object=%.0fB json_per_object=%.0fB ratio=%.2f heap_base=%dMiB heap_synced=%dMiB peak_rss=%dMiB",
-		n, created.Round(time.Millisecond), float64(n)/created.Seconds(), snapshot.Round(time.Millisecond), float64(n)/snapshot.Seconds(),
+	t.Logf("RESULT snapshot kind=%s cache=%s N=%d created_in=%s (%.0f/s) snapshot_published_in=%s (%.0f objects/s) heap_per_object=%.0fB json_per_object=%.0fB ratio=%.2f heap_base=%dMiB heap_synced=%dMiB peak_rss=%dMiB",
+		k.GVR.Resource, benchCache(), n, created.Round(time.Millisecond), float64(n)/created.Seconds(), snapshot.Round(time.Millisecond), float64(n)/snapshot.Seconds(),
 		perObj, jsonMean, perObj/jsonMean, base>>20, with>>20, rss>>20)
+	t.Logf("RESULT snapshot-cpu kind=%s N=%d wall=%s cpu_test=%s cpu_apiserver=%s cpu_etcd=%s apiserver_rss=%dMiB etcd_rss=%dMiB",
+		k.GVR.Resource, n, snapshot.Round(time.Millisecond), cpu.test.Round(10*time.Millisecond), cpu.apiserver.Round(10*time.Millisecond),
+		cpu.etcd.Round(10*time.Millisecond), apiRSS>>20, etcdRSS>>20)
 }
 
 // latencySample is one change: when it was written, seen by the informer,
@@ -362,7 +487,7 @@ func measureLatency(t *testing.T, sinkYAML string, rate, seconds int) {
 	var samples []latencySample
 	total := rate * seconds
 	all := make(chan struct{})
-	r := startKubewire(t, kubewireConfig(ns, sinkYAML))
+	r := startKubewire(t, kubewireConfig("configmaps", ns, sinkYAML))
 	r.ack.setOnAck(func(evs []*event.Event, at time.Time) {
 		mu.Lock()
 		defer mu.Unlock()

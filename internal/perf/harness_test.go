@@ -3,6 +3,7 @@ package perf
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -38,7 +39,10 @@ type acker struct {
 	target   atomic.Int64
 	done     chan struct{}
 	doneOnce sync.Once
-	synced   chan struct{}
+	// synced closes at the first snapshot.completed marker; a sink that
+	// receives several resources sees one marker per resource.
+	synced     chan struct{}
+	syncedOnce sync.Once
 	// hook is called with every acknowledged batch. It is installed while
 	// the sink is already running, hence atomic: use setOnAck.
 	hook atomic.Pointer[func(evs []*event.Event, at time.Time)]
@@ -65,7 +69,7 @@ func (a *acker) Write(ctx context.Context, evs []*event.Event) error {
 		case encoding.TypeUpdated:
 			n++
 		case encoding.TypeSnapshotCompleted:
-			close(a.synced)
+			a.syncedOnce.Do(func() { close(a.synced) })
 		}
 	}
 	if f := a.hook.Load(); f != nil {
@@ -213,6 +217,27 @@ type pipeline struct {
 // resource's cache set to cache (raw or unstructured).
 func startPipeline(tb testing.TB, k benchdata.Kind, apiserver string, sink sinks.Sink, cache string) *pipeline {
 	tb.Helper()
+	p := &pipeline{ack: newAcker(sink)}
+	p.d = newDispatcher("out", p.ack)
+	p.d.Start()
+	p.cancel, p.ran = startWatcher(tb, k, apiserver, fanout{p.d}, cache)
+	return p
+}
+
+// newDispatcher is a dispatcher with kubewire's default options.
+func newDispatcher(name string, sink sinks.Sink) *sinks.Dispatcher {
+	cfg := &config.Config{}
+	cfg.ApplyDefaults()
+	return sinks.NewDispatcher(name, sink, sinks.Options{
+		Shards: cfg.Dispatch.Shards, BufferEvents: cfg.Dispatch.BufferEvents, BatchSize: cfg.Dispatch.BatchSize, Logger: quiet,
+	})
+}
+
+// startWatcher runs the real informer machinery and kubewire's listener for
+// kind k against the replay server at apiserver, handing changes to out. ran
+// closes once cancel has stopped it.
+func startWatcher(tb testing.TB, k benchdata.Kind, apiserver string, out fanout, cache string) (cancel context.CancelFunc, ran chan struct{}) {
+	tb.Helper()
 	cfg := validated(tb, k, config.Sink{Name: "out", Type: config.SinkTypeStdout})
 	res := cfg.Resources[0]
 	res.Cache = cache
@@ -227,22 +252,17 @@ func startPipeline(tb testing.TB, k benchdata.Kind, apiserver string, sink sinks
 			tb.Fatal(err)
 		}
 	}
-	p := &pipeline{ack: newAcker(sink), ran: make(chan struct{})}
-	p.d = sinks.NewDispatcher("out", p.ack, sinks.Options{
-		Shards: cfg.Dispatch.Shards, BufferEvents: cfg.Dispatch.BufferEvents, BatchSize: cfg.Dispatch.BatchSize, Logger: quiet,
-	})
 	w := informer.NewWatcher(informer.Options{
 		Cluster: cfg.Cluster, Resource: res, Dynamic: dyn, REST: rawREST, Mapper: mapperFor(k),
-		Out: fanout{p.d}, Logger: quiet,
+		Out: out, Logger: quiet,
 	})
-	var ctx context.Context
-	ctx, p.cancel = context.WithCancel(context.Background())
-	p.d.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran = make(chan struct{})
 	go func() {
-		defer close(p.ran)
+		defer close(ran)
 		w.Run(ctx)
 	}()
-	return p
+	return cancel, ran
 }
 
 // stop stops the informer, then drains the dispatcher.
@@ -252,6 +272,30 @@ func (p *pipeline) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p.d.Close(ctx)
+}
+
+// heapAfterGC is the live heap after two collections.
+func heapAfterGC() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// reportPipeline stops the timer of a pipeline benchmark that started at
+// start, with cpu0 of CPU used and before's allocations, and reports its
+// rate and its CPU time and allocations per event.
+func reportPipeline(b *testing.B, start time.Time, cpu0 time.Duration, before *runtime.MemStats) {
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	n := float64(b.N)
+	b.ReportMetric(n/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(cpu.Microseconds())/n, "cpu-µs/event")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/event")
 }
 
 // cpuTime is the user and system CPU time of this process so far.

@@ -30,7 +30,7 @@ func BenchmarkPipelineRaw(b *testing.B) {
 
 // measure plays b.N events and reports what BenchmarkPipeline reports.
 func measure(b *testing.B, replay *benchdata.Replay, p *pipeline) {
-	var before, after runtime.MemStats
+	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cpu0 := cpuTime()
 	b.ReportAllocs()
@@ -43,14 +43,7 @@ func measure(b *testing.B, replay *benchdata.Replay, p *pipeline) {
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("only %d of %d events acknowledged within 10m", p.ack.updates.Load(), b.N)
 	}
-	elapsed := time.Since(start)
-	b.StopTimer()
-	cpu := cpuTime() - cpu0
-	runtime.ReadMemStats(&after)
-	n := float64(b.N)
-	b.ReportMetric(n/elapsed.Seconds(), "events/s")
-	b.ReportMetric(float64(cpu.Microseconds())/n, "cpu-µs/event")
-	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/event")
+	reportPipeline(b, start, cpu0, &before)
 }
 
 // loopReader replays a recorded watch stream forever.

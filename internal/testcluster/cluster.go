@@ -51,6 +51,10 @@ type Options struct {
 	// "--watch-cache=false" so that a watch resuming from a compacted
 	// revision fails with 410 Gone instead of being served from the cache.
 	APIServerArgs []string
+	// EtcdQuotaBackendBytes sets etcd's storage quota (its
+	// --quota-backend-bytes) for fixtures near or above the default of
+	// 2 GiB, such as 100k Pods written twice each. Zero keeps etcd's default.
+	EtcdQuotaBackendBytes int64
 }
 
 // Cluster is a running etcd and kube-apiserver pair. Its methods are safe
@@ -62,6 +66,7 @@ type Cluster struct {
 	etcdURL  string
 	apiURL   string
 	apiArgs  []string
+	etcdArgs []string
 	caPEM    []byte
 	tokens   map[string]string // user name -> bearer token
 
@@ -104,6 +109,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	c.apiArgs = append(c.apiArgs, opts.APIServerArgs...)
+	if opts.EtcdQuotaBackendBytes > 0 {
+		c.etcdArgs = append(c.etcdArgs, "--quota-backend-bytes="+strconv.FormatInt(opts.EtcdQuotaBackendBytes, 10))
+	}
 	if err := c.startEtcd(ctx, ports[1]); err != nil {
 		return nil, err
 	}
@@ -194,18 +202,19 @@ func (c *Cluster) writeTokens(path string, users []User) error {
 func (c *Cluster) startEtcd(ctx context.Context, peerPort int) error {
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	fmt.Fprintf(c.progress, "starting etcd on %s\n", c.etcdURL)
-	p, err := startProcess("etcd", c.bins.Etcd, filepath.Join(c.dir, "etcd.log"),
+	args := append([]string{
 		"--name=testcluster",
-		"--data-dir="+filepath.Join(c.dir, "etcd"),
-		"--listen-client-urls="+c.etcdURL,
-		"--advertise-client-urls="+c.etcdURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=testcluster="+peerURL,
+		"--data-dir=" + filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls=" + c.etcdURL,
+		"--advertise-client-urls=" + c.etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=testcluster=" + peerURL,
 		// Durability is pointless for a throwaway cluster and fsync
 		// dominates write latency on CI disks.
 		"--unsafe-no-fsync",
-	)
+	}, c.etcdArgs...)
+	p, err := startProcess("etcd", c.bins.Etcd, filepath.Join(c.dir, "etcd.log"), args...)
 	if err != nil {
 		return err
 	}
