@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkE2EPipelineRealKafka is BenchmarkPipeline into a real Apache
-// Kafka broker. The broker is a separate process, so cpu-µs/event here is
+// Kafka broker, with each cache. The broker is a separate process, so cpu-µs/event here is
 // kubewire's (and the replay server's) alone. One broker serves every
 // sub-benchmark; it takes a while to start.
 //
@@ -20,7 +20,9 @@ import (
 func BenchmarkE2EPipelineRealKafka(b *testing.B) {
 	broker := kafkatest.Start(b, nil)
 	real := brokerKind{"kafka", func(tb testing.TB) sinks.Sink { return kafkaSink(tb, broker.Addr) }}
-	for _, k := range benchdata.Kinds {
-		b.Run(k.Name, func(b *testing.B) { benchPipeline(b, real, k, config.CacheUnstructured) })
+	for _, cache := range []string{config.CacheRaw, config.CacheUnstructured} {
+		for _, k := range benchdata.Kinds {
+			b.Run(cache+"/"+k.Name, func(b *testing.B) { benchPipeline(b, real, k, cache) })
+		}
 	}
 }

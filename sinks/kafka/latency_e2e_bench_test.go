@@ -6,17 +6,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
-// Enqueue → broker ack on real Apache Kafka (acks=all).
+// Enqueue → broker ack on real Apache Kafka (acks=all), as an idempotent
+// producer (the default) and without, to show what idempotence costs.
 func BenchmarkLatencyRealKafka(b *testing.B) {
 	k := kafkatest.Start(b, nil)
 	for _, rate := range []int{200, 1000} {
-		b.Run(rateName(rate), func(b *testing.B) {
-			s, _ := newSink(b, k.Addr, 3, nil)
-			sinktest.Latency(b, s, rate, 3*time.Second)
-		})
+		for _, idem := range []bool{true, false} {
+			name := rateName(rate) + "/idempotent"
+			if !idem {
+				name = rateName(rate) + "/plain"
+			}
+			b.Run(name, func(b *testing.B) {
+				s, _ := newSink(b, k.Addr, 3, func(c *config.KafkaSink) { c.Idempotent = &idem })
+				sinktest.Latency(b, s, rate, 3*time.Second)
+			})
+		}
 	}
 }
