@@ -14,6 +14,7 @@ package perf
 //	KUBEWIRE_BENCH_CACHE=raw KUBEWIRE_BENCH_N=100000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
 //	KUBEWIRE_BENCH_KIND=pods KUBEWIRE_BENCH_CACHE=raw KUBEWIRE_BENCH_N=50000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
 //	KUBEWIRE_BENCH_RATES=200,1000 KUBEWIRE_BENCH_SECONDS=20 go test -tags bench -run 'Latency' -v ./internal/perf
+//	KUBEWIRE_BENCH_BROKERS=kafka go test -tags bench -run 'Latency' -v ./internal/perf  (real Kafka only; needs java)
 
 import (
 	"bufio"
@@ -44,6 +45,7 @@ import (
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/internal/testcluster"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -271,6 +273,7 @@ resources:
 `
 }
 
+// kfakeSinkYAML is the sink for a Kafka broker at addr, kfake or real.
 func kfakeSinkYAML(addr string) string {
 	return `  - name: out
     type: kafka
@@ -451,17 +454,25 @@ func TestLatencyAgainstAPIServer(t *testing.T) {
 		}
 		rates = append(rates, r)
 	}
-	brokers := []struct {
-		name string
-		yaml func(t *testing.T) string
-	}{
-		{"kfake", func(t *testing.T) string { return kfakeSinkYAML(startKfake(t)) }},
-		{"jetstream", func(t *testing.T) string { return jetStreamSinkYAML(startJetStream(t)) }},
+	names := strings.Split(cmpOr(os.Getenv("KUBEWIRE_BENCH_BROKERS"), "kafka,kfake,jetstream"), ",")
+	// One real broker serves every rate: it takes a while to start.
+	var realKafka *kafkatest.Broker
+	if slices.Contains(names, "kafka") {
+		realKafka = kafkatest.Start(t, nil)
 	}
-	for _, b := range brokers {
+	brokers := map[string]func(t *testing.T) string{
+		"kafka":     func(*testing.T) string { return kfakeSinkYAML(realKafka.Addr) },
+		"kfake":     func(t *testing.T) string { return kfakeSinkYAML(startKfake(t)) },
+		"jetstream": func(t *testing.T) string { return jetStreamSinkYAML(startJetStream(t)) },
+	}
+	for _, name := range names {
+		yaml, ok := brokers[name]
+		if !ok {
+			t.Fatalf("KUBEWIRE_BENCH_BROKERS: unknown broker %q (known: kafka, kfake, jetstream)", name)
+		}
 		for _, rate := range rates {
-			t.Run(fmt.Sprintf("%s/%d-per-s", b.name, rate), func(t *testing.T) {
-				measureLatency(t, b.yaml(t), rate, seconds)
+			t.Run(fmt.Sprintf("%s/%d-per-s", name, rate), func(t *testing.T) {
+				measureLatency(t, yaml(t), rate, seconds)
 			})
 		}
 	}
