@@ -33,7 +33,8 @@ import (
 // (KIP-360 lets an idempotent producer bump its epoch itself). A stale batch
 // of the old epoch that arrives after the first batch of the new one is
 // refused; one that arrives before it was appended before the retry, so the
-// retry only repeats it, next to it. Each partition owning its producer id
+// retry only repeats events that are already there, each with its id. Each
+// partition owning its producer id
 // keeps an epoch bump on one partition from fencing the others.
 //
 // kafka-go writes -1 (no producer) into every record batch it encodes and
@@ -49,9 +50,18 @@ type producer struct {
 	valid bool
 }
 
-// failed moves to the next epoch, or to no id at all once the epochs run
-// out, so the next request cannot be mistaken for a retry of a batch the
-// broker may or may not have.
+// rotateAt is the epoch from which a partition takes a new producer id
+// after its next acknowledged request. Only then is nothing of the old id
+// in doubt, so nothing sent under it can land after the new id's batches;
+// waiting for the last epoch would leave a failed request of the old id
+// unfenced against the retry under the new one.
+const rotateAt = math.MaxInt16 / 2
+
+// failed moves to the next epoch, so the next request cannot be mistaken
+// for a retry of a batch the broker may or may not have. Past the last
+// epoch it drops the id: that takes 16k failed requests in a row (see
+// rotateAt), and the retry under a new id is then not fenced against the
+// last failed one.
 func (p *producer) failed() {
 	if !p.valid || p.epoch == math.MaxInt16 {
 		*p = producer{}
@@ -65,11 +75,14 @@ func (p *producer) failed() {
 // MaxInt32 on the broker; moving to a new epoch instead is simpler and just
 // as valid.
 func (p *producer) sent(n int) {
-	if int64(p.seq)+int64(n) > math.MaxInt32 {
+	switch {
+	case p.epoch >= rotateAt:
+		*p = producer{}
+	case int64(p.seq)+int64(n) > math.MaxInt32:
 		p.failed()
-		return
+	default:
+		p.seq += int32(n)
 	}
-	p.seq += int32(n)
 }
 
 // initIdempotent is kafka-go's InitProducerId request, but without its

@@ -69,6 +69,7 @@ func TestAProducerMovesToANewEpochAfterAFailureAndGivesUpItsIDAtTheLast(t *testi
 	}
 	p.seq = math.MaxInt32 - 2
 	p.sent(5)
+	// Still below rotateAt, so the wrap moves to the next epoch.
 	if p.epoch != 5 || p.seq != 0 {
 		t.Errorf("past the last sequence: %+v, want the next epoch at sequence 0", p)
 	}
@@ -76,5 +77,21 @@ func TestAProducerMovesToANewEpochAfterAFailureAndGivesUpItsIDAtTheLast(t *testi
 	p.failed()
 	if p.valid {
 		t.Errorf("past the last epoch: %+v, want no producer id", p)
+	}
+}
+
+func TestAProducerTakesANewIDAfterASuccessOnceHalfItsEpochsAreUsed(t *testing.T) {
+	p := producer{id: 1, epoch: rotateAt - 1, seq: 0, valid: true}
+	p.failed()
+	if !p.valid || p.epoch != rotateAt {
+		t.Fatalf("after a failure: %+v, want epoch %d", p, rotateAt)
+	}
+	p.failed()
+	if !p.valid {
+		t.Fatal("a failure dropped the id: the retry under a new id would not be fenced")
+	}
+	p.sent(3)
+	if p.valid {
+		t.Errorf("after a success past epoch %d: %+v, want the id given up", rotateAt, p)
 	}
 }
