@@ -87,6 +87,9 @@ type Sink struct {
 	// spare is the producer id Connect got to check that the principal
 	// may produce idempotently; the first partition to need one takes it.
 	spare producer
+
+	ackedMu sync.Mutex
+	acked   map[ackKey]struct{}
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -114,6 +117,7 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		idempotent: *c.Idempotent,
 		topics:     map[string]*topic{},
 		sources:    map[string]string{},
+		acked:      map[ackKey]struct{}{},
 	}
 	switch c.Acks {
 	case config.KafkaAcksAll:
@@ -334,6 +338,9 @@ type record struct {
 	time       time.Time
 	kind       string
 	ev         *event.Event // nil for a tombstone
+	// src is the event the record stands for (a tombstone's is its delete),
+	// and with the partition and kind it names the record in Sink.acked.
+	src *event.Event
 }
 
 func (r *record) size() int {
@@ -353,7 +360,47 @@ func (s *Sink) newRecord(ev *event.Event) (record, error) {
 	if isMarker(ev) {
 		kind = kindMarker
 	}
-	return record{key: m.Key, value: m.Value, headers: m.Headers, time: ev.Time(), kind: kind, ev: ev}, nil
+	return record{key: m.Key, value: m.Value, headers: m.Headers, time: ev.Time(), kind: kind, ev: ev, src: ev}, nil
+}
+
+// ackKey names one record of one event in one partition.
+type ackKey struct {
+	ev   *event.Event
+	p    *partition
+	kind string
+}
+
+// Records acknowledged by a Write that failed as a whole are remembered
+// until the dispatcher's retry of that Write succeeds, and the retry does
+// not send them again. A retry then starts at the first record whose fate
+// is unknown, so a repeated event directly follows its first copy in its
+// object's sequence, instead of the whole Write appearing twice
+// (v1 v2 v1 v2). The dispatcher retries the same events, so the event
+// pointers identify them.
+func (s *Sink) isAcked(k ackKey) bool {
+	s.ackedMu.Lock()
+	defer s.ackedMu.Unlock()
+	_, ok := s.acked[k]
+	return ok
+}
+
+func (s *Sink) markAcked(rs []record, p *partition) {
+	s.ackedMu.Lock()
+	defer s.ackedMu.Unlock()
+	for i := range rs {
+		s.acked[ackKey{rs[i].src, p, rs[i].kind}] = struct{}{}
+	}
+}
+
+func (s *Sink) forget(keys []ackKey) {
+	if len(keys) == 0 {
+		return
+	}
+	s.ackedMu.Lock()
+	defer s.ackedMu.Unlock()
+	for _, k := range keys {
+		delete(s.acked, k)
+	}
 }
 
 func isMarker(ev *event.Event) bool {
@@ -380,8 +427,13 @@ func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 		return fmt.Errorf("kafka: write before Connect or after Close: %w", ErrClosed)
 	}
 	var groups []*group
+	var done []ackKey // what this Write had acknowledged before
 	index := map[*partition]*group{}
 	add := func(p *partition, r record) {
+		if k := (ackKey{r.src, p, r.kind}); s.isAcked(k) {
+			done = append(done, k)
+			return
+		}
 		g := index[p]
 		if g == nil {
 			g = &group{p: p}
@@ -412,10 +464,21 @@ func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 		p := t.parts[s.balancer.Balance(kafkago.Message{Key: r.key}, t.ids...)]
 		add(p, r)
 		if s.tombstones && ev.Type() == encoding.TypeDeleted {
-			add(p, record{key: r.key, time: r.time, kind: kindTombstone})
+			add(p, record{key: r.key, time: r.time, kind: kindTombstone, src: ev})
 		}
 	}
-	return s.send(ctx, groups)
+	if err := s.send(ctx, groups); err != nil {
+		return err
+	}
+	s.forget(done)
+	for _, g := range groups {
+		keys := make([]ackKey, len(g.records))
+		for i, r := range g.records {
+			keys[i] = ackKey{r.src, g.p, r.kind}
+		}
+		s.forget(keys)
+	}
+	return nil
 }
 
 // send hands every group to its partition's loop and waits for all of them.
@@ -456,6 +519,9 @@ func (s *Sink) send(ctx context.Context, groups []*group) error {
 // the dispatcher drops only that event and sends the rest again.
 func (s *Sink) sendOneByOne(ctx context.Context, g *group) error {
 	for _, r := range g.records {
+		if s.isAcked(ackKey{r.src, g.p, r.kind}) {
+			continue // went out before the refused record
+		}
 		u := newUnit([]record{r})
 		g.p.submit(u)
 		err := u.wait(ctx)
@@ -473,6 +539,7 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group) error {
 		if rerr != nil {
 			return sinks.Permanent(rerr)
 		}
+		rr.src = r.src
 		u = newUnit([]record{rr})
 		g.p.submit(u)
 		rerr = u.wait(ctx)
@@ -766,32 +833,60 @@ func (p *partition) drain(err error) {
 	}
 }
 
-// send produces the units' records and reports the outcome to each unit. A
-// lone unit larger than the batch limits is split into several requests,
-// sent one after the other; the first failure stops it.
+// send produces the units' records, in order, in as few requests as the
+// batch limits allow, one after the other; the first failure stops it. A
+// request never holds two events of one object: if a request whose answer
+// is lost was appended after all, the Write's retry then repeats at most
+// one event of each object. A unit whose records all went out succeeds even
+// if a later request failed, and what went out is remembered (see
+// Sink.markAcked).
 func (p *partition) send(batch []*unit) {
 	b := p.s.cfg.Batch
-	var err error
-	if len(batch) == 1 && (len(batch[0].records) > b.MaxMessages || batch[0].bytes > b.MaxBytes) {
-		rs := batch[0].records
-		for len(rs) > 0 && err == nil {
-			n, size := 0, 0
-			for n < len(rs) && n < b.MaxMessages && (n == 0 || size+rs[n].size() <= b.MaxBytes) {
-				size += rs[n].size()
-				n++
-			}
-			err = p.produce(rs[:n])
-			rs = rs[n:]
-		}
-	} else {
-		var rs []record
-		for _, u := range batch {
-			rs = append(rs, u.records...)
-		}
-		err = p.produce(rs)
+	type item struct {
+		r record
+		u int
 	}
-	for _, u := range batch {
-		u.done <- err
+	var items []item
+	left := make([]int, len(batch))
+	for i, u := range batch {
+		for _, r := range u.records {
+			items = append(items, item{r, i})
+		}
+		left[i] = len(u.records)
+	}
+	var err error
+	keys := map[string]struct{}{}
+	for len(items) > 0 && err == nil {
+		clear(keys)
+		n, size := 0, 0
+		for n < len(items) && n < b.MaxMessages && (n == 0 || size+items[n].r.size() <= b.MaxBytes) {
+			if r := &items[n].r; r.kind == kindEvent {
+				if _, dup := keys[string(r.key)]; dup {
+					break
+				}
+				keys[string(r.key)] = struct{}{}
+			}
+			size += items[n].r.size()
+			n++
+		}
+		rs := make([]record, n)
+		for i := range rs {
+			rs[i] = items[i].r
+		}
+		if err = p.produce(rs); err == nil {
+			p.s.markAcked(rs, p)
+			for _, it := range items[:n] {
+				left[it.u]--
+			}
+		}
+		items = items[n:]
+	}
+	for i, u := range batch {
+		if left[i] == 0 {
+			u.done <- nil
+		} else {
+			u.done <- err
+		}
 	}
 }
 
