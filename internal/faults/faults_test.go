@@ -51,6 +51,10 @@ func runMain(m *testing.M) int {
 	kube = kubernetes.NewForConfigOrDie(c.RESTConfig(testcluster.AdminUser))
 	code := m.Run()
 	printResults()
+	if binary != "" {
+		// The kubewire binary the process tests built: 50 MB per run.
+		os.RemoveAll(filepath.Dir(binary))
+	}
 	return code
 }
 
