@@ -90,6 +90,9 @@ type Sink struct {
 
 	ackedMu sync.Mutex
 	acked   map[ackKey]struct{}
+	// nAcked is len(acked), so that Writes skip the lock while nothing has
+	// failed.
+	nAcked atomic.Int64
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -378,20 +381,29 @@ type ackKey struct {
 // (v1 v2 v1 v2). The dispatcher retries the same events, so the event
 // pointers identify them.
 func (s *Sink) isAcked(k ackKey) bool {
+	if s.nAcked.Load() == 0 {
+		return false
+	}
 	s.ackedMu.Lock()
 	defer s.ackedMu.Unlock()
 	_, ok := s.acked[k]
 	return ok
 }
 
-func (s *Sink) markAcked(rs []record, p *partition) {
+// remember records what a failed Write got acknowledged.
+func (s *Sink) remember(keys []ackKey) {
+	if len(keys) == 0 {
+		return
+	}
 	s.ackedMu.Lock()
 	defer s.ackedMu.Unlock()
-	for i := range rs {
-		s.acked[ackKey{rs[i].src, p, rs[i].kind}] = struct{}{}
+	for _, k := range keys {
+		s.acked[k] = struct{}{}
 	}
+	s.nAcked.Store(int64(len(s.acked)))
 }
 
+// forget drops what a Write that has now succeeded had remembered.
 func (s *Sink) forget(keys []ackKey) {
 	if len(keys) == 0 {
 		return
@@ -401,6 +413,7 @@ func (s *Sink) forget(keys []ackKey) {
 	for _, k := range keys {
 		delete(s.acked, k)
 	}
+	s.nAcked.Store(int64(len(s.acked)))
 }
 
 func isMarker(ev *event.Event) bool {
@@ -467,61 +480,61 @@ func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 			add(p, record{key: r.key, time: r.time, kind: kindTombstone, src: ev})
 		}
 	}
-	if err := s.send(ctx, groups); err != nil {
+	if acked, err := s.send(ctx, groups); err != nil {
+		s.remember(acked)
 		return err
 	}
 	s.forget(done)
-	for _, g := range groups {
-		keys := make([]ackKey, len(g.records))
-		for i, r := range g.records {
-			keys[i] = ackKey{r.src, g.p, r.kind}
-		}
-		s.forget(keys)
-	}
 	return nil
 }
 
 // send hands every group to its partition's loop and waits for all of them.
 // A group the broker refused as too large is sent again record by record, so
-// that only the oversized events fall back to a reference payload.
-func (s *Sink) send(ctx context.Context, groups []*group) error {
+// that only the oversized events fall back to a reference payload. It
+// returns what the broker acknowledged, which matters only if it fails.
+func (s *Sink) send(ctx context.Context, groups []*group) ([]ackKey, error) {
 	units := make([]*unit, len(groups))
 	for i, g := range groups {
 		units[i] = newUnit(g.records)
 		g.p.submit(units[i])
 	}
 	var errs []error
-	var tooLarge []*group
+	var acked []ackKey
+	var tooLarge []int
 	for i, u := range units {
 		err := u.wait(ctx)
+		// sent is the unit's acknowledged prefix, set before its outcome
+		// was reported (0 if it was withdrawn).
+		for _, r := range groups[i].records[:u.sent] {
+			acked = append(acked, ackKey{r.src, groups[i].p, r.kind})
+		}
 		switch {
 		case err == nil:
 		case isTooLarge(err):
-			tooLarge = append(tooLarge, groups[i])
+			tooLarge = append(tooLarge, i)
 		default:
 			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
-		return errors.Join(errs...)
+		return acked, errors.Join(errs...)
 	}
-	for _, g := range tooLarge {
-		if err := s.sendOneByOne(ctx, g); err != nil {
+	for _, i := range tooLarge {
+		if err := s.sendOneByOne(ctx, groups[i], units[i].sent, &acked); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return acked, errors.Join(errs...)
 }
 
-// sendOneByOne sends g's records one request each, in order. An event that is
-// too large on its own is replaced by its reference event; if even that is
-// refused, the rest of the group is not sent and the error is permanent, so
-// the dispatcher drops only that event and sends the rest again.
-func (s *Sink) sendOneByOne(ctx context.Context, g *group) error {
-	for _, r := range g.records {
-		if s.isAcked(ackKey{r.src, g.p, r.kind}) {
-			continue // went out before the refused record
-		}
+// sendOneByOne sends g's records after the first skip (which went out
+// already) one request each, in order, adding each acknowledged one to
+// acked. An event that is too large on its own is replaced by its reference
+// event; if even that is refused, the rest of the group is not sent and the
+// error is permanent, so the dispatcher drops only that event and sends the
+// rest again.
+func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, acked *[]ackKey) error {
+	for _, r := range g.records[skip:] {
 		u := newUnit([]record{r})
 		g.p.submit(u)
 		err := u.wait(ctx)
@@ -529,6 +542,7 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group) error {
 			if err != nil {
 				return err
 			}
+			*acked = append(*acked, ackKey{r.src, g.p, r.kind})
 			continue
 		}
 		ref, rerr := ReferenceEvent(r.ev)
@@ -545,6 +559,7 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group) error {
 		rerr = u.wait(ctx)
 		switch {
 		case rerr == nil:
+			*acked = append(*acked, ackKey{r.src, g.p, r.kind})
 			metrics.KafkaOversized.WithLabelValues(s.name, "reference").Inc()
 			s.log.Warn("event too large for Kafka; sent a reference to the object instead",
 				"id", r.ev.ID(), "partitionkey", string(r.key), "topic", g.p.topic, "bytes", r.size(), "err", err)
@@ -703,6 +718,9 @@ type unit struct {
 	bytes   int
 	state   atomic.Int32
 	done    chan error
+	// sent is how many of records, from the first, the broker
+	// acknowledged. The partition loop sets it before it reports on done.
+	sent int
 }
 
 func newUnit(records []record) *unit {
@@ -838,8 +856,8 @@ func (p *partition) drain(err error) {
 // request never holds two events of one object: if a request whose answer
 // is lost was appended after all, the Write's retry then repeats at most
 // one event of each object. A unit whose records all went out succeeds even
-// if a later request failed, and what went out is remembered (see
-// Sink.markAcked).
+// if a later request failed, and each unit says how much of it went out
+// (see Sink.remember).
 func (p *partition) send(batch []*unit) {
 	b := p.s.cfg.Batch
 	type item struct {
@@ -847,12 +865,10 @@ func (p *partition) send(batch []*unit) {
 		u int
 	}
 	var items []item
-	left := make([]int, len(batch))
 	for i, u := range batch {
 		for _, r := range u.records {
 			items = append(items, item{r, i})
 		}
-		left[i] = len(u.records)
 	}
 	var err error
 	keys := map[string]struct{}{}
@@ -874,15 +890,14 @@ func (p *partition) send(batch []*unit) {
 			rs[i] = items[i].r
 		}
 		if err = p.produce(rs); err == nil {
-			p.s.markAcked(rs, p)
 			for _, it := range items[:n] {
-				left[it.u]--
+				batch[it.u].sent++
 			}
 		}
 		items = items[n:]
 	}
-	for i, u := range batch {
-		if left[i] == 0 {
+	for _, u := range batch {
+		if u.sent == len(u.records) {
 			u.done <- nil
 		} else {
 			u.done <- err
