@@ -2,9 +2,7 @@ package encoding
 
 import (
 	"encoding/json"
-	"fmt"
 
-	"github.com/wI2L/jsondiff"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubewire/kubewire/informer"
@@ -46,15 +44,9 @@ func rawData(c *informer.Change) ([]byte, error) {
 	case shape.PayloadDiff:
 		d := shape.DiffData{Object: o.JSON}
 		if c.Op == informer.OpUpdated && c.OldRaw != nil {
-			patch, err := jsondiff.CompareJSON(c.OldRaw.JSON, o.JSON)
-			if err != nil {
-				return nil, fmt.Errorf("shape: diff: %w", err)
-			}
-			if patch == nil {
-				patch = jsondiff.Patch{}
-			}
-			if d.Patch, err = json.Marshal(patch); err != nil {
-				return nil, fmt.Errorf("shape: diff: %w", err)
+			var err error
+			if d.Patch, err = shape.Patch(c.OldRaw.JSON, o.JSON); err != nil {
+				return nil, err
 			}
 		}
 		return json.Marshal(d)

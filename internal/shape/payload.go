@@ -57,16 +57,26 @@ func Diff(old, new map[string]any) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		patch, err := jsondiff.CompareJSON(prev, obj)
-		if err != nil {
-			return nil, fmt.Errorf("shape: diff: %w", err)
-		}
-		if patch == nil {
-			patch = jsondiff.Patch{}
-		}
-		if d.Patch, err = json.Marshal(patch); err != nil {
-			return nil, fmt.Errorf("shape: diff: %w", err)
+		if d.Patch, err = Patch(prev, obj); err != nil {
+			return nil, err
 		}
 	}
 	return json.Marshal(d)
+}
+
+// Patch returns the RFC 6902 JSON Patch, as JSON, that turns the object old
+// into new; "[]" when they are equal.
+func Patch(old, new []byte) (json.RawMessage, error) {
+	patch, err := jsondiff.CompareJSON(old, new)
+	if err != nil {
+		return nil, fmt.Errorf("shape: diff: %w", err)
+	}
+	if patch == nil {
+		patch = jsondiff.Patch{}
+	}
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return nil, fmt.Errorf("shape: diff: %w", err)
+	}
+	return b, nil
 }
