@@ -140,19 +140,7 @@ func (s *shaper) keepRaw(op Op, obj, old *raw.Object) bool {
 	if old != nil && oldMap == nil {
 		oldMap = s.decode(old)
 	}
-	match, err := s.filter.Match(string(op), objMap, oldMap)
-	if err != nil {
-		metrics.FilterErrors.WithLabelValues(s.name).Inc()
-		if s.filterLogged.CompareAndSwap(false, true) {
-			s.log.Warn("filter failed at runtime; keeping the event (logged once per expression, counted in kubewire_filter_errors_total)",
-				"filter", s.filter.String(), "type", string(op), "namespace", obj.GetNamespace(), "name", obj.GetName(), "err", err)
-		}
-		return true
-	}
-	if !match {
-		metrics.EventsFiltered.WithLabelValues(s.name, string(op)).Inc()
-	}
-	return match
+	return s.match(op, objMap, oldMap, obj.GetNamespace(), obj.GetName())
 }
 
 // decode turns a raw object into the maps shaping works on, with integers

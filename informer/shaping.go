@@ -78,14 +78,20 @@ func (s *shaper) keep(op Op, obj, old *unstructured.Unstructured) bool {
 	if old != nil {
 		prev = old.Object
 	}
-	match, err := s.filter.Match(string(op), obj.Object, prev)
+	return s.match(op, obj.Object, prev, obj.GetNamespace(), obj.GetName())
+}
+
+// match runs the filter on the decoded object (and the old one, for
+// updates) of namespace/name and counts what it drops.
+func (s *shaper) match(op Op, obj, old map[string]any, namespace, name string) bool {
+	match, err := s.filter.Match(string(op), obj, old)
 	if err != nil {
 		// The documented rule: an expression that cannot be evaluated keeps
 		// the event. Dropping it would lose data silently on a typo'd key.
 		metrics.FilterErrors.WithLabelValues(s.name).Inc()
 		if s.filterLogged.CompareAndSwap(false, true) {
 			s.log.Warn("filter failed at runtime; keeping the event (logged once per expression, counted in kubewire_filter_errors_total)",
-				"filter", s.filter.String(), "type", string(op), "namespace", obj.GetNamespace(), "name", obj.GetName(), "err", err)
+				"filter", s.filter.String(), "type", string(op), "namespace", namespace, "name", name, "err", err)
 		}
 		return true
 	}
