@@ -2,30 +2,17 @@ package nats
 
 import (
 	"testing"
-	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	natsgo "github.com/nats-io/nats.go"
 
-	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
 // This file is in the package itself because the message binding is
 // unexported.
-
-func benchEvent(b *testing.B, k benchdata.Kind) *event.Event {
-	b.Helper()
-	r := informer.NewResource("bench", k.GVR, k.Kind, k.Namespaced)
-	u := k.Cached(benchdata.DefaultSeed, 0, 2)
-	ev, err := encoding.Event(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: u, Observed: time.Now()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return ev
-}
 
 // BenchmarkMessage is the NATS binding stage as the sink runs it per event:
 // the subject from the default template, then the binary (ce- headers,
@@ -41,7 +28,7 @@ func BenchmarkMessage(b *testing.B) {
 	}{{"binary", binaryMessage}, {"structured", structuredMessage}} {
 		for _, k := range benchdata.Kinds {
 			b.Run(mode.name+"/"+k.Name, func(b *testing.B) {
-				ev := benchEvent(b, k)
+				ev := sinktest.BenchEvent(b, k)
 				b.SetBytes(int64(len(ev.Data())))
 				b.ReportAllocs()
 				for b.Loop() {

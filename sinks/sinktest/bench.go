@@ -1,0 +1,25 @@
+package sinktest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/benchdata"
+)
+
+// BenchEvent is the CloudEvent of an update of object 0 of k, for the
+// sinks' binding benchmarks.
+func BenchEvent(tb testing.TB, k benchdata.Kind) *event.Event {
+	tb.Helper()
+	r := informer.NewResource("bench", k.GVR, k.Kind, k.Namespaced)
+	u := k.Cached(benchdata.DefaultSeed, 0, 2)
+	ev, err := encoding.Event(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: u, Observed: time.Now()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ev
+}
