@@ -19,6 +19,12 @@ const maxDepth = 10000
 // copy to make room.
 const minRead = 64 << 10
 
+// maxFrame bounds one watch frame. The apiserver's objects are limited to
+// a few MiB by etcd, so a frame this large means a broken stream (a string
+// that never closes, say), which must fail rather than fill the memory. A
+// variable, so tests can lower it.
+var maxFrame = 256 << 20
+
 // span is a part of a frame: [start, end).
 type span struct{ start, end int }
 
@@ -188,6 +194,9 @@ func (f *frameReader) fill() error {
 	}
 	if f.off == len(f.buf) {
 		f.buf, f.off = f.buf[:0], 0
+	}
+	if len(f.buf)-f.off >= maxFrame {
+		return fmt.Errorf("raw: watch event larger than %d MiB", maxFrame>>20)
 	}
 	if cap(f.buf)-len(f.buf) < minRead {
 		if f.off > 0 && cap(f.buf)-(len(f.buf)-f.off) >= minRead {

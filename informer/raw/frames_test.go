@@ -297,6 +297,36 @@ func TestWatchDecoderReturnsReadErrors(t *testing.T) {
 	}
 }
 
+// endless is a stream that never ends: an unterminated string, forever.
+type endless struct{ started bool }
+
+func (e *endless) Read(p []byte) (int, error) {
+	if !e.started {
+		e.started = true
+		return copy(p, `{"type":"ADDED","object":{"a":"`), nil
+	}
+	for i := range p {
+		p[i] = 'x'
+	}
+	return len(p), nil
+}
+
+func TestWatchDecoderFailsAFrameThatNeverEndsInsteadOfBufferingIt(t *testing.T) {
+	defer func(m int) { maxFrame = m }(maxFrame)
+	maxFrame = 1 << 20
+	d := NewWatchDecoder(io.NopCloser(&endless{}), BuildOptions{})
+	_, _, err := d.Decode()
+	if err == nil || !strings.Contains(err.Error(), "larger than 1 MiB") {
+		t.Fatalf("Decode = %v, want an error naming the 1 MiB limit", err)
+	}
+	if _, _, again := d.Decode(); again == nil || again.Error() != err.Error() {
+		t.Errorf("the next Decode gave %v, want the same error again", again)
+	}
+	if c := cap(d.frames.buf); c > 4*maxFrame {
+		t.Errorf("the buffer grew to %d bytes for a %d-byte limit", c, maxFrame)
+	}
+}
+
 // envelopes are layouts of a watch event other than the apiserver's
 // compact one, which WatchDecoder reads the long way, and near misses of
 // the compact one.
