@@ -344,6 +344,8 @@ type record struct {
 	// src is the event the record stands for (a tombstone's is its delete),
 	// and with the partition and kind it names the record in Sink.acked.
 	src *event.Event
+	// object is the partition key as a string, for an event's record.
+	object string
 }
 
 func (r *record) size() int {
@@ -363,7 +365,8 @@ func (s *Sink) newRecord(ev *event.Event) (record, error) {
 	if isMarker(ev) {
 		kind = kindMarker
 	}
-	return record{key: m.Key, value: m.Value, headers: m.Headers, time: ev.Time(), kind: kind, ev: ev, src: ev}, nil
+	object, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+	return record{key: m.Key, value: m.Value, headers: m.Headers, time: ev.Time(), kind: kind, ev: ev, src: ev, object: object}, nil
 }
 
 // ackKey names one record of one event in one partition.
@@ -645,7 +648,7 @@ func (s *Sink) partitions(ctx context.Context, name string) (*topic, error) {
 		return nil, err
 	}
 	for i := len(t.parts); i < n; i++ {
-		p := &partition{s: s, topic: name, id: i, wake: make(chan struct{}, 1)}
+		p := &partition{s: s, topic: name, id: i, wake: make(chan struct{}, 1), objects: map[string]struct{}{}}
 		s.wg.Add(1)
 		go p.run(s.life)
 		t.parts = append(t.parts, p)
@@ -757,8 +760,10 @@ type partition struct {
 	queue []*unit
 	wake  chan struct{}
 
-	// producer is used by run's goroutine only.
+	// producer, and objects (the objects in the request being built), are
+	// used by run's goroutine only.
 	producer producer
+	objects  map[string]struct{}
 }
 
 func (p *partition) submit(u *unit) {
@@ -871,16 +876,16 @@ func (p *partition) send(batch []*unit) {
 		}
 	}
 	var err error
-	keys := map[string]struct{}{}
+	keys := p.objects
 	for len(items) > 0 && err == nil {
 		clear(keys)
 		n, size := 0, 0
 		for n < len(items) && n < b.MaxMessages && (n == 0 || size+items[n].r.size() <= b.MaxBytes) {
 			if r := &items[n].r; r.kind == kindEvent {
-				if _, dup := keys[string(r.key)]; dup {
+				if _, dup := keys[r.object]; dup {
 					break
 				}
-				keys[string(r.key)] = struct{}{}
+				keys[r.object] = struct{}{}
 			}
 			size += items[n].r.size()
 			n++
