@@ -43,6 +43,10 @@ const (
 	ExtCluster           = "cluster"
 	ExtSnapshotID        = "snapshotid"
 	ExtFinalStateUnknown = "finalstateunknown"
+	// ExtIncomplete is set on a snapshot.completed marker when some records
+	// of the snapshot could not be delivered; its value is how many.
+	// Consumers must not prune on such a marker.
+	ExtIncomplete = "incomplete"
 )
 
 var types = map[informer.Op]string{

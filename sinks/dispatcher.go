@@ -118,6 +118,8 @@ type Dispatcher struct {
 	// barrierMu makes the insertion of a barrier into all shards atomic with
 	// respect to other barriers, so every shard sees barriers in one order.
 	barrierMu sync.Mutex
+
+	snapshots snapshotsInFlight
 }
 
 // NewDispatcher returns a dispatcher for sink. Call Start before Enqueue has
@@ -219,6 +221,7 @@ func (d *Dispatcher) Enqueue(it *Item) {
 func (d *Dispatcher) enqueueBarrier(it *Item) {
 	b := &barrier{item: it, done: make(chan struct{})}
 	b.remaining.Store(int32(len(d.shards)))
+	d.snapshots.add(it.Change, 1)
 	d.barrierMu.Lock()
 	defer d.barrierMu.Unlock()
 	d.queued.Add(1)
@@ -310,6 +313,7 @@ func (d *Dispatcher) arrive(b *barrier) bool {
 			return false
 		}
 		d.done(1, 0)
+		d.snapshots.add(b.item.Change, -1)
 		close(b.done)
 		return true
 	}

@@ -95,6 +95,10 @@ type DispatchConfig struct {
 	// DrainTimeout is how long shutdown waits for in-flight events.
 	// Default 30s.
 	DrainTimeout Duration `json:"drainTimeout"`
+	// SpoolDir is where sinks with overflow: spool keep their disk spool,
+	// one sub-directory per sink. Default DefaultSpoolDir; the chart mounts
+	// a volume there.
+	SpoolDir string `json:"spoolDir,omitempty"`
 }
 
 // Resource selects one Kubernetes resource to watch and where its events go.
@@ -177,6 +181,40 @@ type Sink struct {
 	NATS *NATSSink `json:"nats,omitempty"`
 	// Kafka configures a sink of type "kafka" (see kafka.go).
 	Kafka *KafkaSink `json:"kafka,omitempty"`
+	// Overflow is what happens when the sink's in-memory buffer is full:
+	// "spool" (default) moves events, in order, to a FIFO on disk;
+	// "conflate" folds queued changes of one object into its newest.
+	Overflow string `json:"overflow,omitempty"`
+	// Spool bounds and tunes the disk spool of overflow: spool.
+	Spool SpoolConfig `json:"spool"`
+}
+
+// Overflow policies of a sink.
+const (
+	OverflowSpool    = "spool"
+	OverflowConflate = "conflate"
+)
+
+// Fsync policies of a spool.
+const (
+	// FsyncAlways syncs every spooled event to disk before it counts as
+	// spooled.
+	FsyncAlways = "always"
+	// FsyncInterval syncs at most once a second: a machine crash can lose
+	// the last second of spooled events, a process crash loses none.
+	FsyncInterval = "interval"
+	// FsyncNever leaves syncing to the operating system.
+	FsyncNever = "never"
+)
+
+// SpoolConfig bounds a sink's disk spool.
+type SpoolConfig struct {
+	// MaxBytes is the most disk the spool may use. Once it is full, new
+	// changes are conflated in memory. Default 1 GiB.
+	MaxBytes int64 `json:"maxBytes"`
+	// Fsync is when spooled events are synced to disk: "always",
+	// "interval" (default) or "never".
+	Fsync string `json:"fsync,omitempty"`
 }
 
 // StdoutSink configures a sink that writes CloudEvents to standard output as

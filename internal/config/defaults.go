@@ -2,17 +2,22 @@ package config
 
 import (
 	"math"
+	"strconv"
 	"time"
 )
 
 // Defaults and limits. See docs/configuration.md for the reasoning.
 const (
-	DefaultQPS              = 50
-	DefaultBurst            = 100
-	DefaultShards           = 16
-	MaxShards               = 1024
-	DefaultBufferEvents     = 10000
-	DefaultBufferBytes      = 256 << 20
+	DefaultQPS          = 50
+	DefaultBurst        = 100
+	DefaultShards       = 16
+	MaxShards           = 1024
+	DefaultBufferEvents = 10000
+	// DefaultBufferBytes keeps the memory of a few sinks well inside the
+	// chart's 512Mi limit; the spool takes the rest.
+	DefaultBufferBytes      = 32 << 20
+	DefaultSpoolMaxBytes    = 1 << 30
+	DefaultSpoolDir         = "/var/lib/kubewire/spool"
 	DefaultBatchSize        = 100
 	MaxBatchSize            = 10000
 	DefaultDrainTimeout     = 30 * time.Second
@@ -56,6 +61,9 @@ func applyDefaults(c *Config, given map[string]bool) {
 	if d.BatchSize == 0 && !given["dispatch.batchSize"] {
 		d.BatchSize = DefaultBatchSize
 	}
+	if d.SpoolDir == "" {
+		d.SpoolDir = DefaultSpoolDir
+	}
 	if d.DrainTimeout.unset() {
 		d.DrainTimeout.Duration = DefaultDrainTimeout
 	}
@@ -75,6 +83,15 @@ func applyDefaults(c *Config, given map[string]bool) {
 		s := &c.Sinks[i]
 		if s.Type == SinkTypeStdout && s.Stdout == nil {
 			s.Stdout = &StdoutSink{}
+		}
+		if s.Overflow == "" {
+			s.Overflow = OverflowSpool
+		}
+		if s.Spool.MaxBytes == 0 && !given["sinks["+strconv.Itoa(i)+"].spool.maxBytes"] {
+			s.Spool.MaxBytes = DefaultSpoolMaxBytes
+		}
+		if s.Spool.Fsync == "" {
+			s.Spool.Fsync = FsyncInterval
 		}
 	}
 }

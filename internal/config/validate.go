@@ -97,6 +97,26 @@ func validateDispatch(p *field.Path, d *DispatchConfig) field.ErrorList {
 	return errs
 }
 
+var (
+	overflowPolicies = []string{OverflowSpool, OverflowConflate}
+	fsyncPolicies    = []string{FsyncAlways, FsyncInterval, FsyncNever}
+)
+
+func validateOverflow(p *field.Path, s *Sink) field.ErrorList {
+	var errs field.ErrorList
+	if !slices.Contains(overflowPolicies, s.Overflow) {
+		errs = append(errs, field.NotSupported(p.Child("overflow"), s.Overflow, overflowPolicies))
+	}
+	sp := p.Child("spool")
+	if s.Spool.MaxBytes <= 0 {
+		errs = append(errs, field.Invalid(sp.Child("maxBytes"), s.Spool.MaxBytes, "must be greater than 0 (bytes of disk)"))
+	}
+	if !slices.Contains(fsyncPolicies, s.Spool.Fsync) {
+		errs = append(errs, field.NotSupported(sp.Child("fsync"), s.Spool.Fsync, fsyncPolicies))
+	}
+	return errs
+}
+
 func validateRange(p *field.Path, v, lo, hi int) field.ErrorList {
 	if v < lo || v > hi {
 		return field.ErrorList{field.Invalid(p, v, fmt.Sprintf("must be between %d and %d", lo, hi))}
@@ -149,6 +169,7 @@ func validateSinks(p *field.Path, sinks []Sink) ([]string, field.ErrorList) {
 					fmt.Sprintf("may only be set when type is %q (type is %q)", b.name, s.Type)))
 			}
 		}
+		errs = append(errs, validateOverflow(sp, s)...)
 		if s.Type == SinkTypeNATS {
 			errs = append(errs, validateNATSSink(sp.Child("nats"), s.NATS)...)
 		}
