@@ -28,6 +28,10 @@ const ExtConflated = "conflated"
 type Item struct {
 	Change *informer.Change
 
+	// size is the object's byte size when the item was read back from a
+	// spool, where Change.Raw is gone.
+	size int64
+
 	once sync.Once
 	ev   *event.Event
 	err  error
@@ -42,12 +46,22 @@ func (it *Item) Event() (*event.Event, error) {
 	return it.ev, it.err
 }
 
+// bytes is the item's size as counted against Options.BufferBytes.
+func (it *Item) bytes() int64 {
+	if it.size > 0 {
+		return it.size
+	}
+	return it.Change.Size()
+}
+
 // Options tune a Dispatcher. Zero values take the documented defaults.
 type Options struct {
 	// Shards is the number of per-key FIFOs worked in parallel (default 16).
 	Shards int
-	// BufferEvents is how many events may wait before new changes are folded
-	// into queued ones of the same object (default 10000).
+	// BufferEvents is how many events may wait in memory before the
+	// overflow policy applies (default 10000): they go to the spool, or,
+	// without one, new changes are folded into queued ones of the same
+	// object.
 	BufferEvents int
 	// BufferBytes is the same limit in bytes of object data, counted for
 	// changes whose size is known without encoding (Change.Size); 0 means
@@ -85,10 +99,12 @@ func (o *Options) defaults() {
 
 // Dispatcher delivers Items to one Sink. Items with the same key go to the
 // same shard and are written strictly in order, each retried until the sink
-// acknowledges it; different shards run in parallel. Enqueue never blocks:
-// when the buffer is full, a new change of an object that is still queued
-// replaces the queued one (conflation), so memory stays at about one entry
-// per object however long the broker is away.
+// acknowledges it; different shards run in parallel. Enqueue never blocks.
+// When the memory buffer is full, events go to the disk spool if the
+// dispatcher has one (UseSpool), in order, and come back once there is room;
+// without a spool, or once the spool is full, a new change of an object that
+// is still queued replaces the queued one (conflation), so memory stays at
+// about one entry per object however long the broker is away.
 type Dispatcher struct {
 	name string
 	sink Sink
@@ -120,6 +136,12 @@ type Dispatcher struct {
 	barrierMu sync.Mutex
 
 	snapshots snapshotsInFlight
+	// incomplete counts, per snapshot id, the records that could not be
+	// delivered, for the snapshot's completed marker.
+	incompleteMu sync.Mutex
+	incomplete   map[string]int
+
+	sp spooler
 }
 
 // NewDispatcher returns a dispatcher for sink. Call Start before Enqueue has
@@ -158,6 +180,9 @@ func (d *Dispatcher) Queued() int { return int(d.queued.Load()) }
 // Start connects the sink (retrying with backoff) and starts the shard
 // workers.
 func (d *Dispatcher) Start() {
+	if d.sp.disk != nil {
+		d.sp.start(d)
+	}
 	d.wg.Add(1 + len(d.shards))
 	go func() {
 		defer d.wg.Done()
@@ -199,12 +224,28 @@ func (d *Dispatcher) connect() {
 // them.
 func (d *Dispatcher) Enqueue(it *Item) {
 	if it.Change.IsMarker() {
+		d.snapshots.add(it.Change, 1)
+	}
+	if d.sp.disk != nil && d.sp.offer(d, it) {
+		return
+	}
+	d.enqueueMemory(it, d.full())
+}
+
+// full reports whether the memory buffer is at its bound.
+func (d *Dispatcher) full() bool {
+	return d.queued.Load() >= int64(d.opt.BufferEvents) ||
+		d.opt.BufferBytes > 0 && d.queuedBytes.Load() >= d.opt.BufferBytes
+}
+
+// enqueueMemory queues it in its shard, folding it into a queued change of
+// the same object if full.
+func (d *Dispatcher) enqueueMemory(it *Item, full bool) {
+	if it.Change.IsMarker() {
 		d.enqueueBarrier(it)
 		return
 	}
 	s := d.shards[shardOf(it.Change.Key, len(d.shards))]
-	full := d.queued.Load() >= int64(d.opt.BufferEvents) ||
-		d.opt.BufferBytes > 0 && d.queuedBytes.Load() >= d.opt.BufferBytes
 	appended, delta := s.push(it, full)
 	if delta != 0 {
 		d.queuedBytes.Add(delta)
@@ -221,7 +262,6 @@ func (d *Dispatcher) Enqueue(it *Item) {
 func (d *Dispatcher) enqueueBarrier(it *Item) {
 	b := &barrier{item: it, done: make(chan struct{})}
 	b.remaining.Store(int32(len(d.shards)))
-	d.snapshots.add(it.Change, 1)
 	d.barrierMu.Lock()
 	defer d.barrierMu.Unlock()
 	d.queued.Add(1)
@@ -231,10 +271,15 @@ func (d *Dispatcher) enqueueBarrier(it *Item) {
 	}
 }
 
-// Close stops accepting work and drains what is queued until ctx ends. It
-// returns how many events were not acknowledged. The sink is closed last.
+// Close stops accepting work and drains what is queued in memory until ctx
+// ends. With a spool, nothing more is read from it, and what memory still
+// holds then is spooled ahead of it, for the next start. It returns how many
+// events were neither acknowledged nor spooled. The sink is closed last.
 func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 	d.closeOnce.Do(func() {
+		if d.sp.disk != nil {
+			d.sp.stopFeed()
+		}
 		for _, s := range d.shards {
 			s.close()
 		}
@@ -247,7 +292,11 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 			<-done
 		}
 		d.cancelWork()
-		undelivered = int(d.queued.Load())
+		if d.sp.disk != nil {
+			undelivered = d.sp.shutdown(d, d.leftInMemory())
+		} else {
+			undelivered = int(d.queued.Load())
+		}
 		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := d.sink.Close(closeCtx); err != nil {
@@ -255,6 +304,41 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 		}
 	})
 	return undelivered
+}
+
+// leftInMemory merges what the shards still hold into one sequence that
+// keeps each key's order and each marker's place: every shard's entries
+// before the first marker, the marker once, then every shard's entries
+// before the next one, and so on. Every shard holds the same markers in the
+// same order, because no worker passes a marker before it is written.
+func (d *Dispatcher) leftInMemory() []*entry {
+	var out []*entry
+	rests := make([][]*entry, len(d.shards))
+	for i, s := range d.shards {
+		rests[i] = s.rest()
+	}
+	for {
+		var marker *barrier
+		more := false
+		for i, r := range rests {
+			j := 0
+			for j < len(r) && r[j].barrier == nil {
+				j++
+			}
+			out = append(out, r[:j]...)
+			if j < len(r) {
+				marker = r[j].barrier
+				rests[i] = r[j+1:]
+				more = true
+			} else {
+				rests[i] = nil
+			}
+		}
+		if !more {
+			return out
+		}
+		out = append(out, &entry{item: marker.item, key: marker.item.Change.Key})
+	}
 }
 
 // work1 is the loop of one shard: take a batch, or arrive at a barrier.
@@ -272,6 +356,7 @@ func (d *Dispatcher) work1(s *shard) {
 		switch {
 		case b != nil:
 			if !d.arrive(b) {
+				s.unshift([]*entry{{barrier: b, key: b.item.Change.Key}})
 				return
 			}
 		case len(batch) > 0:
@@ -279,8 +364,10 @@ func (d *Dispatcher) work1(s *shard) {
 			for _, e := range batch {
 				size += e.size
 			}
-			events = d.deliver(batch, events[:0])
+			var kept int
+			events, kept = d.deliver(batch, events[:0])
 			if d.work.Err() != nil {
+				s.unshift(batch[:kept])
 				return
 			}
 			d.done(n, size)
@@ -297,6 +384,9 @@ func (d *Dispatcher) done(n int, size int64) {
 		d.queuedBytes.Add(-size)
 		d.mBufferBytes.Sub(float64(size))
 	}
+	if d.sp.disk != nil {
+		d.sp.roomMade()
+	}
 }
 
 // QueuedBytes is the size of the object data waiting or in flight, for
@@ -308,8 +398,19 @@ func (d *Dispatcher) QueuedBytes() int64 { return d.queuedBytes.Load() }
 // and lets all shards go on.
 func (d *Dispatcher) arrive(b *barrier) bool {
 	if b.remaining.Add(-1) == 0 {
-		d.deliver([]*entry{{item: b.item, key: b.item.Change.Key}}, nil)
+		c := b.item.Change
+		e := &entry{item: b.item, key: c.Key}
+		if c.Op == informer.OpSnapshotCompleted {
+			if e.incomplete = d.takeIncomplete(c.SnapshotID); e.incomplete > 0 {
+				d.log.Warn("snapshot completed with records that were not delivered; consumers must not prune on it",
+					"resource", c.Key, "snapshot", c.SnapshotID, "undelivered", e.incomplete)
+			}
+		}
+		d.deliver([]*entry{e}, nil)
 		if d.work.Err() != nil {
+			// Written again at the next start; the count goes with it
+			// only as far as this process knew it.
+			b.remaining.Add(1)
 			return false
 		}
 		d.done(1, 0)
@@ -328,7 +429,11 @@ func (d *Dispatcher) arrive(b *barrier) bool {
 // deliver writes batch until the sink acknowledges it or the work context
 // ends. It gives up on nothing except events that cannot be encoded and
 // events the sink refuses permanently; both are logged and counted.
-func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Event {
+//
+// It returns the events and how many entries of batch it kept: batch is
+// compacted in place to those, so a caller that is cancelled can queue them
+// again.
+func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) ([]*event.Event, int) {
 	// batch is compacted in place to the entries that encoded, so that
 	// batch[i] is the entry of events[i].
 	kept := batch[:0]
@@ -337,11 +442,18 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Eve
 		if err != nil {
 			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
 			d.failed(e.item.Change, "encode")
+			d.markIncomplete(e.item.Change)
 			continue
 		}
-		if e.conflated > 0 {
+		if e.conflated > 0 || e.incomplete > 0 {
+			// The event is shared with other sinks; these belong to this one.
 			c := ev.Clone()
-			c.SetExtension(ExtConflated, strconv.Itoa(e.conflated))
+			if e.conflated > 0 {
+				c.SetExtension(ExtConflated, strconv.Itoa(e.conflated))
+			}
+			if e.incomplete > 0 {
+				c.SetExtension(encoding.ExtIncomplete, strconv.Itoa(e.incomplete))
+			}
 			ev = &c
 		}
 		kept = append(kept, e)
@@ -349,7 +461,7 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Eve
 	}
 	batch = kept
 	if len(events) == 0 {
-		return events
+		return events, 0
 	}
 	b := d.newBackoff()
 	for attempt := 1; ; attempt++ {
@@ -362,10 +474,10 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Eve
 			for _, e := range batch {
 				d.published(e.item.Change, now)
 			}
-			return events
+			return events, len(batch)
 		}
 		if d.work.Err() != nil {
-			return events
+			return events, len(batch)
 		}
 		if errors.Is(err, ErrPermanent) {
 			if len(events) > 1 {
@@ -374,10 +486,10 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Eve
 				for i, ev := range events {
 					d.deliver1(ev, batch[i].item.Change)
 				}
-				return events
+				return events, len(batch)
 			}
 			d.refused(events[0], batch[0].item.Change, err)
-			return events
+			return events, len(batch)
 		}
 		d.setHealthy(false)
 		metrics.WriteRetries.WithLabelValues(d.name).Inc()
@@ -385,7 +497,7 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) []*event.Eve
 			d.log.Warn("sink write failed; retrying", "attempt", attempt, "events", len(events), "err", err)
 		}
 		if !b.wait(d.work) {
-			return events
+			return events, len(batch)
 		}
 	}
 }
@@ -418,6 +530,30 @@ func (d *Dispatcher) refused(ev *event.Event, c *informer.Change, err error) {
 	d.log.Error("sink refused event permanently; dropping it", "id", ev.ID(),
 		"partitionkey", ev.Extensions()[encoding.ExtPartitionKey], "err", err)
 	d.failed(c, "refused")
+	d.markIncomplete(c)
+}
+
+// markIncomplete remembers that a record of a snapshot was dropped, so the
+// snapshot's completed marker says so: a consumer that pruned on it would
+// delete the live object whose record is missing.
+func (d *Dispatcher) markIncomplete(c *informer.Change) {
+	if c.Op != informer.OpSynced || c.SnapshotID == "" {
+		return
+	}
+	d.incompleteMu.Lock()
+	if d.incomplete == nil {
+		d.incomplete = map[string]int{}
+	}
+	d.incomplete[c.SnapshotID]++
+	d.incompleteMu.Unlock()
+}
+
+func (d *Dispatcher) takeIncomplete(snapshotID string) int {
+	d.incompleteMu.Lock()
+	defer d.incompleteMu.Unlock()
+	n := d.incomplete[snapshotID]
+	delete(d.incomplete, snapshotID)
+	return n
 }
 
 // labels are the bounded labels of an event's counters: the resource and

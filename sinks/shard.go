@@ -21,6 +21,9 @@ type entry struct {
 	// marker would change what the consumer's snapshot rule concludes.
 	epoch   uint64
 	barrier *barrier
+	// incomplete is set on a completed marker: how many records of its
+	// snapshot were dropped.
+	incomplete int
 }
 
 // barrier is a snapshot marker queued in every shard at once.
@@ -50,7 +53,7 @@ type shard struct {
 // a queued delete (a re-creation) is appended.
 func (s *shard) push(it *Item, full bool) (appended bool, delta int64) {
 	key := it.Change.Key
-	size := it.Change.Size()
+	size := it.bytes()
 	s.mu.Lock()
 	if full {
 		if p := s.pending[key]; p != nil && p.epoch == s.epoch && p.item.Change.Op != informer.OpDeleted && sameObject(p.item.Change, it.Change) {
@@ -75,6 +78,28 @@ func (s *shard) pushBarrier(b *barrier) {
 	s.epoch++
 	s.mu.Unlock()
 	s.wake()
+}
+
+// unshift puts entries a worker took but could not deliver back at the
+// head, in their order, so shutdown finds every undelivered entry queued.
+// Their pending-map slots are not restored: nothing is folded after close.
+func (s *shard) unshift(es []*entry) {
+	if len(es) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rest := s.q[s.head:]
+	q := make([]*entry, 0, len(es)+len(rest))
+	q = append(append(q, es...), rest...)
+	s.q, s.head = q, 0
+}
+
+// rest returns what is queued, for shutdown.
+func (s *shard) rest() []*entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*entry(nil), s.q[s.head:]...)
 }
 
 func (s *shard) close() {

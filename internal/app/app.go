@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -105,13 +106,20 @@ func New(opt Options) (*App, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.dispatchers[sc.Name] = sinks.NewDispatcher(sc.Name, s, sinks.Options{
+		d := sinks.NewDispatcher(sc.Name, s, sinks.Options{
 			Shards:       cfg.Dispatch.Shards,
 			BufferEvents: cfg.Dispatch.BufferEvents,
 			BufferBytes:  cfg.Dispatch.BufferBytes,
 			BatchSize:    cfg.Dispatch.BatchSize,
 			Logger:       opt.Logger,
 		})
+		if sc.Overflow == config.OverflowSpool {
+			dir := filepath.Join(cfg.Dispatch.SpoolDir, sc.Name)
+			if err := d.UseSpool(sinks.SpoolOptions{Dir: dir, MaxBytes: sc.Spool.MaxBytes, Fsync: sc.Spool.Fsync}); err != nil {
+				return nil, fmt.Errorf("sink %q: spool in %s (dispatch.spoolDir, or set overflow: conflate): %w", sc.Name, dir, err)
+			}
+		}
+		a.dispatchers[sc.Name] = d
 	}
 	for _, rcfg := range cfg.Resources {
 		var out fanout

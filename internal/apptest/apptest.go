@@ -58,6 +58,10 @@ func Start(t *testing.T, cfgYAML string, rc *rest.Config) *Kubewire {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
+	if cfg.Dispatch.SpoolDir == config.DefaultSpoolDir {
+		// Each run spools into its own directory, never a shared one.
+		cfg.Dispatch.SpoolDir = t.TempDir()
+	}
 	k := &Kubewire{done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(&k.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a, err := app.New(app.Options{Config: cfg, REST: rc, Logger: log, Stdout: &k.Out})

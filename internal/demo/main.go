@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -67,7 +68,7 @@ func run() error {
 	if err := c.WriteKubeconfig(kubeconfig, testcluster.AdminUser); err != nil {
 		return err
 	}
-	if err := os.WriteFile(cfgPath, config.ExampleYAML, 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, append(slices.Clip(config.ExampleYAML), "\ndispatch:\n  spoolDir: "+filepath.Join(dir, "spool")+"\n"...), 0o600); err != nil {
 		return err
 	}
 

@@ -1,0 +1,33 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// The disk spool of a sink with overflow: spool (sinks/spool.go).
+var (
+	SpoolBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubewire_spool_bytes",
+		Help: "Bytes of events waiting in a sink's disk spool.",
+	}, []string{"sink"})
+	SpoolEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubewire_spool_events",
+		Help: "Events waiting in a sink's disk spool, or on their way into it.",
+	}, []string{"sink"})
+	// SpoolFull is the alert: while it is 1, new changes of an object are
+	// folded into its newest queued state (kubewire_events_conflated_total).
+	SpoolFull = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubewire_spool_full",
+		Help: "1 while a sink's disk spool is at spool.maxBytes and changes are being conflated.",
+	}, []string{"sink"})
+	SpoolWritten = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_spool_written_total",
+		Help: "Events written to a sink's disk spool.",
+	}, []string{"sink"})
+	SpoolErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_spool_errors_total",
+		Help: "Failures to write to or read from a sink's disk spool, by operation.",
+	}, []string{"sink", "op"})
+)
+
+func init() {
+	Registry.MustRegister(SpoolBytes, SpoolEvents, SpoolFull, SpoolWritten, SpoolErrors)
+}

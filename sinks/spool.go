@@ -1,0 +1,237 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	diskqueue "github.com/nsqio/go-diskqueue"
+
+	"github.com/kubewire/kubewire/internal/config"
+)
+
+// SpoolOptions configure a sink's disk spool.
+type SpoolOptions struct {
+	// Dir holds this sink's spool, and nothing else.
+	Dir string
+	// MaxBytes bounds the spool; at the bound new changes are conflated in
+	// memory instead.
+	MaxBytes int64
+	// Fsync is config.FsyncAlways, config.FsyncInterval (default) or
+	// config.FsyncNever.
+	Fsync string
+}
+
+const (
+	// spoolFileBytes is the size at which a segment rolls to its next file;
+	// a file is deleted once it has been read, so a draining spool gives
+	// disk back in steps of this size.
+	spoolFileBytes = 64 << 20
+	// spoolMaxRecord bounds one record: larger than any object the
+	// apiserver serves (etcd's limit is 1.5 MiB) by a wide margin.
+	spoolMaxRecord = 256 << 20
+	// firstGen is the generation of a new spool's write segment. Segments
+	// written at shutdown take lower numbers, so they are read first.
+	firstGen = int64(1) << 40
+)
+
+// diskSpool is a FIFO of records on disk. It is a list of segments, each a
+// go-diskqueue queue, read oldest generation first. New records go to the
+// newest segment. At shutdown, events that were still in memory are older
+// than everything on disk; they are written to a new segment that sorts
+// before the others, so order holds without rewriting the spool.
+//
+// go-diskqueue gives us files that roll and are deleted once read, read-ahead
+// and a sync policy; what it does not have is a size bound, which we keep
+// here by counting the bytes of unread records.
+type diskSpool struct {
+	opt   SpoolOptions
+	log   *slog.Logger
+	bytes atomic.Int64
+
+	mu   sync.Mutex
+	segs []*segment // ascending generation; the last one is written to
+	// ready is closed once there is a segment. A spool that never fills
+	// creates no files, so a process that never overflows leaves nothing.
+	ready chan struct{}
+}
+
+type segment struct {
+	gen int64
+	q   diskqueue.Interface
+}
+
+// openSpool opens (or creates) the spool in opt.Dir, with whatever a
+// previous process left there.
+func openSpool(opt SpoolOptions, log *slog.Logger) (*diskSpool, error) {
+	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("spool directory: %w", err)
+	}
+	s := &diskSpool{opt: opt, log: log, ready: make(chan struct{})}
+	metas, err := filepath.Glob(filepath.Join(opt.Dir, "seg-*.diskqueue.meta.dat"))
+	if err != nil {
+		return nil, err
+	}
+	var gens []int64
+	for _, m := range metas {
+		name := strings.TrimSuffix(filepath.Base(m), ".diskqueue.meta.dat")
+		g, err := strconv.ParseInt(strings.TrimPrefix(name, "seg-"), 10, 64)
+		if err != nil {
+			continue
+		}
+		gens = append(gens, g)
+	}
+	slices.Sort(gens)
+	for _, g := range gens {
+		s.segs = append(s.segs, s.newSegment(g))
+	}
+	if len(s.segs) > 0 {
+		close(s.ready)
+	}
+	// What a previous process left is counted by the size of its files: a
+	// little more than the unread records, which errs on the safe side of
+	// the bound.
+	files, _ := filepath.Glob(filepath.Join(opt.Dir, "seg-*.diskqueue.*.dat"))
+	for _, f := range files {
+		if strings.HasSuffix(f, ".meta.dat") {
+			continue
+		}
+		if fi, err := os.Stat(f); err == nil {
+			s.bytes.Add(fi.Size())
+		}
+	}
+	if s.depth() == 0 {
+		s.bytes.Store(0)
+	}
+	return s, nil
+}
+
+func (s *diskSpool) newSegment(gen int64) *segment {
+	every, interval := int64(1), time.Second
+	switch s.opt.Fsync {
+	case config.FsyncAlways:
+	case config.FsyncNever:
+		every, interval = 1<<62, 1<<62
+	default:
+		every = 1 << 62
+	}
+	logf := func(lvl diskqueue.LogLevel, f string, args ...any) {
+		switch lvl {
+		case diskqueue.ERROR, diskqueue.FATAL:
+			s.log.Error("spool: "+fmt.Sprintf(f, args...), "dir", s.opt.Dir)
+		case diskqueue.WARN:
+			s.log.Warn("spool: "+fmt.Sprintf(f, args...), "dir", s.opt.Dir)
+		}
+	}
+	name := fmt.Sprintf("seg-%d", gen)
+	return &segment{gen: gen, q: diskqueue.New(name, s.opt.Dir, spoolFileBytes, 1, spoolMaxRecord, every, interval, logf)}
+}
+
+// full reports whether the spool has reached its bound.
+func (s *diskSpool) full() bool { return s.bytes.Load() >= s.opt.MaxBytes }
+
+// put appends rec at the tail.
+func (s *diskSpool) put(rec []byte) error {
+	s.mu.Lock()
+	if len(s.segs) == 0 {
+		s.segs = append(s.segs, s.newSegment(firstGen))
+		close(s.ready)
+	}
+	tail := s.segs[len(s.segs)-1]
+	s.mu.Unlock()
+	if err := tail.q.Put(rec); err != nil {
+		return err
+	}
+	s.bytes.Add(int64(len(rec)) + 4)
+	return nil
+}
+
+// depth is the number of unread records.
+func (s *diskSpool) depth() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, g := range s.segs {
+		n += g.q.Depth()
+	}
+	return n
+}
+
+// next returns the oldest unread record, waiting for one until ctx ends.
+// A record is gone from the spool once next has returned it.
+func (s *diskSpool) next(ctx context.Context) ([]byte, error) {
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for {
+		s.mu.Lock()
+		head := s.segs[0]
+		drained := len(s.segs) > 1 && head.q.Depth() == 0
+		if drained {
+			s.segs = s.segs[1:]
+		}
+		s.mu.Unlock()
+		if drained {
+			// A segment written at shutdown, now read to the end.
+			if err := head.q.Empty(); err != nil {
+				s.log.Warn("spool: removing a drained segment", "err", err)
+			}
+			_ = head.q.Delete()
+			continue
+		}
+		select {
+		case rec := <-head.q.ReadChan():
+			s.bytes.Add(-int64(len(rec)) - 4)
+			return rec, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// prepend writes recs as a new segment read before every other one. It is
+// for shutdown, when nothing reads or writes the spool any more.
+func (s *diskSpool) prepend(recs [][]byte) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	gen := firstGen - 1
+	if len(s.segs) > 0 {
+		gen = s.segs[0].gen - 1
+	}
+	s.mu.Unlock()
+	g := s.newSegment(gen)
+	var errs []error
+	for _, r := range recs {
+		if err := g.q.Put(r); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		s.bytes.Add(int64(len(r)) + 4)
+	}
+	errs = append(errs, g.q.Close())
+	return errors.Join(errs...)
+}
+
+// close syncs and closes every segment.
+func (s *diskSpool) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, g := range s.segs {
+		errs = append(errs, g.q.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,233 @@
+package sinks_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+func spooled(t *testing.T, name string, rec *recorder, dir string, maxBytes int64) *sinks.Dispatcher {
+	t.Helper()
+	opt := fastOptions()
+	opt.BufferEvents = 10
+	d := sinks.NewDispatcher(name, rec, opt)
+	if err := d.UseSpool(sinks.SpoolOptions{Dir: dir, MaxBytes: maxBytes, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// checkEveryChange asserts that each key's events arrived in order and that
+// every resourceVersion from..to of each key arrived, none folded.
+func checkEveryChange(t *testing.T, evs []*event.Event, keys, from, to int) {
+	t.Helper()
+	seen := map[string][]int{}
+	for _, ev := range evs {
+		if ev.Type() == encoding.TypeSnapshotStarted || ev.Type() == encoding.TypeSnapshotCompleted {
+			continue
+		}
+		if _, ok := ev.Extensions()[sinks.ExtConflated]; ok {
+			t.Fatalf("event %s is conflated; the spool should have kept every change", ev.ID())
+		}
+		seen[key(ev)] = append(seen[key(ev)], rvOf(ev))
+	}
+	for k := range keys {
+		name := res.ObjectKey("ns", "cm"+strconv.Itoa(k))
+		got := seen[name]
+		// Duplicates are allowed (at least once), going backwards is not.
+		want := from
+		for i, rv := range got {
+			if i > 0 && rv < got[i-1] {
+				t.Fatalf("%s went from rv %d to %d", name, got[i-1], rv)
+			}
+			if rv == want {
+				want++
+			}
+		}
+		if want != to+1 {
+			t.Fatalf("%s: rv %d missing (got %d events, last %v)", name, want, len(got), got[max(0, len(got)-3):])
+		}
+	}
+}
+
+func TestWithASpoolAFullBufferKeepsEveryChangeInOrder(t *testing.T) {
+	rec := &recorder{gate: make(chan struct{})}
+	d := spooled(t, "spool-order", rec, t.TempDir(), 1<<30)
+	d.Start()
+	const keys, perKey = 5, 400
+	for rv := 1; rv <= perKey; rv++ {
+		if rv == perKey/2 {
+			d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+		}
+		for k := range keys {
+			d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+		}
+		if rv == perKey/2 {
+			d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 0)))
+		}
+	}
+	// Memory holds the buffer and what the shards took; the rest is on disk.
+	if q := d.Queued(); q > 10+4*7 {
+		t.Fatalf("%d events queued in memory during the outage; want at most the buffer and one batch per shard", q)
+	}
+	waitFor(t, "the spool to hold the overflow", func() bool {
+		return metrics.Sum("kubewire_spool_events", map[string]string{"sink": "spool-order"}) > 1500
+	})
+	if metrics.Sum("kubewire_spool_bytes", map[string]string{"sink": "spool-order"}) == 0 {
+		t.Error("kubewire_spool_bytes is 0 while events are spooled")
+	}
+	close(rec.gate)
+	waitFor(t, "every change", func() bool { return len(rec.events()) >= keys*perKey+2 })
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	evs := rec.events()
+	checkEveryChange(t, evs, keys, 1, perKey)
+	// The markers kept their place: each key's events before the started
+	// marker are older than the ones after the completed marker.
+	started, completed := -1, -1
+	for i, ev := range evs {
+		switch ev.Type() {
+		case encoding.TypeSnapshotStarted:
+			started = i
+		case encoding.TypeSnapshotCompleted:
+			completed = i
+		}
+	}
+	if started < 0 || completed < started {
+		t.Fatalf("markers missing or out of order: started at %d, completed at %d", started, completed)
+	}
+	for _, ev := range evs[:started] {
+		if rvOf(ev) >= perKey/2 {
+			t.Fatalf("rv %d of %s was written before the started marker enqueued ahead of it", rvOf(ev), key(ev))
+		}
+	}
+	for _, ev := range evs[completed+1:] {
+		if rvOf(ev) < perKey/2 {
+			t.Fatalf("rv %d of %s was written after the completed marker enqueued behind it", rvOf(ev), key(ev))
+		}
+	}
+	if got := metrics.Sum("kubewire_spool_events", map[string]string{"sink": "spool-order"}); got != 0 {
+		t.Errorf("kubewire_spool_events is %v after the spool drained, want 0", got)
+	}
+}
+
+func TestASpoolLeftAtShutdownIsDeliveredBeforeNewEventsOnTheNextStart(t *testing.T) {
+	dir := t.TempDir()
+	down := &recorder{gate: make(chan struct{})}
+	d1 := spooled(t, "spool-restart", down, dir, 1<<30)
+	d1.Start()
+	const keys = 4
+	for rv := 1; rv <= 300; rv++ {
+		for k := range keys {
+			d1.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	// The broker never came back: what memory held goes to disk ahead of
+	// the spool, and nothing is lost.
+	if n := d1.Close(ctx); n != 0 {
+		t.Fatalf("Close reported %d events neither delivered nor spooled", n)
+	}
+	if got := len(down.events()); got != 0 {
+		t.Fatalf("the closed gate let %d events through", got)
+	}
+
+	up := &recorder{}
+	d2 := spooled(t, "spool-restart", up, dir, 1<<30)
+	d2.Start()
+	for rv := 301; rv <= 310; rv++ {
+		for k := range keys {
+			d2.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+		}
+	}
+	waitFor(t, "the spooled and the new changes", func() bool { return len(up.events()) >= keys*310 })
+	if n := d2.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	checkEveryChange(t, up.events(), keys, 1, 310)
+}
+
+func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
+	rec := &recorder{gate: make(chan struct{})}
+	d := spooled(t, "spool-full", rec, t.TempDir(), 20_000)
+	d.Start()
+	const keys, perKey = 3, 500
+	for rv := 1; rv <= perKey; rv++ {
+		for k := range keys {
+			d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+		}
+	}
+	waitFor(t, "the spool to report full", func() bool {
+		return metrics.Sum("kubewire_spool_full", map[string]string{"sink": "spool-full"}) == 1
+	})
+	if metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "spool-full"}) == 0 {
+		t.Fatal("the spool is full but nothing was conflated")
+	}
+	close(rec.gate)
+	waitFor(t, "the last changes", func() bool {
+		n := 0
+		for _, ev := range rec.events() {
+			if rvOf(ev) == perKey {
+				n++
+			}
+		}
+		return n == keys
+	})
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	last := map[string]int{}
+	for _, ev := range rec.events() {
+		if rvOf(ev) <= last[key(ev)] {
+			t.Fatalf("%s went from rv %d to %d", key(ev), last[key(ev)], rvOf(ev))
+		}
+		last[key(ev)] = rvOf(ev)
+	}
+	for k := range keys {
+		if got := last[res.ObjectKey("ns", "cm"+strconv.Itoa(k))]; got != perKey {
+			t.Errorf("cm%d ended at rv %d, want %d", k, got, perKey)
+		}
+	}
+}
+
+func TestACompletedMarkerSaysHowManyOfItsRecordsWereDropped(t *testing.T) {
+	rec := &recorder{refuse: func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") }}
+	d := sinks.NewDispatcher("incomplete", rec, fastOptions())
+	d.Start()
+	synced := func(name string) *sinks.Item {
+		c := change(informer.OpSynced, name, 1)
+		c.SnapshotID = "s1"
+		return sinks.NewItem(c)
+	}
+	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+	d.Enqueue(synced("a"))
+	d.Enqueue(synced("huge"))
+	d.Enqueue(synced("b"))
+	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 3)))
+	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s2", 0)))
+	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s2", 0)))
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	var marks []string
+	for _, ev := range rec.events() {
+		if ev.Type() == encoding.TypeSnapshotCompleted {
+			v, _ := ev.Extensions()[encoding.ExtIncomplete].(string)
+			marks = append(marks, ev.Extensions()[encoding.ExtSnapshotID].(string)+"="+v)
+		}
+	}
+	if len(marks) != 2 || marks[0] != "s1=1" || marks[1] != "s2=" {
+		t.Fatalf("completed markers %v; want s1 marked incomplete=1 and s2 unmarked", marks)
+	}
+}

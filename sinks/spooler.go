@@ -1,0 +1,318 @@
+package sinks
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/metrics"
+)
+
+// minInbox is the least number of events the inbox holds on their way to
+// disk before it conflates: a burst of changes should wait for the disk, not
+// be folded, even with a small memory buffer.
+const minInbox = 10000
+
+// spooler moves a dispatcher's overflow to disk and back, in order.
+//
+// While it is active, every new event goes behind what is spooled: first
+// into the inbox (memory, so Enqueue never waits for the disk), from there
+// to the disk, and from the disk back into the shards once they have room.
+// Events already in the shards are older than anything spooled, so each
+// key's events still reach the sink in order. The spooler turns inactive
+// only when inbox and disk are both empty, under the lock Enqueue takes
+// while active, so no event can slip past one that is still on its way.
+type spooler struct {
+	disk *diskSpool
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	active atomic.Bool
+	inbox  *shard
+	// pending counts inbox entries (events and markers) not yet on disk.
+	pending atomic.Int64
+	// broken is set while the disk refuses writes: the inbox then folds
+	// changes as if the spool were full, rather than growing without bound.
+	broken atomic.Bool
+
+	room  chan struct{} // the shards have room again
+	freed chan struct{} // the disk has room again
+
+	// feed stops the reader at shutdown, before the shards are drained;
+	// the writer stops once the inbox is closed and empty.
+	feedCtx    context.Context
+	stopFeed   context.CancelFunc
+	feedDone   chan struct{}
+	writerDone chan struct{}
+
+	resources sync.Map // key prefix -> *informer.Resource, for spooled items
+
+	mBytes, mEvents, mFull prometheus.Gauge
+	mWritten               prometheus.Counter
+}
+
+// UseSpool gives the dispatcher a disk spool for its overflow (overflow:
+// spool). Call it before Start. What a previous process left in the spool is
+// delivered before any event enqueued now.
+func (d *Dispatcher) UseSpool(opt SpoolOptions) error {
+	disk, err := openSpool(opt, d.log)
+	if err != nil {
+		return err
+	}
+	sp := &d.sp
+	sp.disk = disk
+	sp.log = d.log
+	sp.inbox = &shard{pending: map[string]*entry{}, notify: make(chan struct{}, 1)}
+	sp.room = make(chan struct{}, 1)
+	sp.freed = make(chan struct{}, 1)
+	sp.feedCtx, sp.stopFeed = context.WithCancel(context.Background())
+	sp.mBytes = metrics.SpoolBytes.WithLabelValues(d.name)
+	sp.mEvents = metrics.SpoolEvents.WithLabelValues(d.name)
+	sp.mFull = metrics.SpoolFull.WithLabelValues(d.name)
+	sp.mWritten = metrics.SpoolWritten.WithLabelValues(d.name)
+	sp.mFull.Set(0)
+	if n := disk.depth(); n > 0 {
+		sp.active.Store(true)
+		d.log.Info("spool holds events from an earlier run; delivering them before new ones", "events", n, "bytes", disk.bytes.Load())
+	}
+	sp.gauges()
+	return nil
+}
+
+func (sp *spooler) gauges() {
+	sp.mBytes.Set(float64(sp.disk.bytes.Load()))
+	sp.mEvents.Set(float64(sp.disk.depth() + sp.pending.Load()))
+	full := 0.0
+	if sp.disk.full() {
+		full = 1
+	}
+	sp.mFull.Set(full)
+}
+
+// offer takes it for the spool if the spool is active, or if the memory
+// buffer is full and the spool becomes active now. It reports whether it
+// took it.
+func (sp *spooler) offer(d *Dispatcher, it *Item) bool {
+	if !sp.active.Load() && !d.full() {
+		return false
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if !sp.active.Load() {
+		if !d.full() {
+			return false
+		}
+		sp.active.Store(true)
+		d.log.Info("sink buffer full; spooling events to disk in order", "bufferEvents", d.opt.BufferEvents,
+			"queued", d.queued.Load(), "spoolDir", sp.disk.opt.Dir)
+	}
+	if it.Change.IsMarker() {
+		sp.inbox.pushBarrier(&barrier{item: it})
+		sp.pending.Add(1)
+		return true
+	}
+	// The inbox is bounded too: a disk that fails, or one far slower than
+	// the changes, conflates rather than filling memory.
+	full := sp.disk.full() || sp.broken.Load() || sp.pending.Load() >= int64(max(d.opt.BufferEvents, minInbox))
+	if appended, _ := sp.inbox.push(it, full); appended {
+		sp.pending.Add(1)
+	} else {
+		d.conflated(it.Change)
+	}
+	if full {
+		sp.mFull.Set(1)
+	}
+	return true
+}
+
+func (sp *spooler) start(d *Dispatcher) {
+	sp.feedDone = make(chan struct{})
+	sp.writerDone = make(chan struct{})
+	go func() {
+		defer close(sp.writerDone)
+		sp.write(d)
+	}()
+	go func() {
+		defer close(sp.feedDone)
+		sp.feed(d)
+	}()
+}
+
+// write moves inbox entries to disk, in order, while the disk has room.
+func (sp *spooler) write(d *Dispatcher) {
+	buf := make([]*entry, 0, 256)
+	var rec []byte
+	closing := func() bool { return sp.feedCtx.Err() != nil }
+	for {
+		// At shutdown the reader has stopped, so waiting for room would
+		// wait forever; the bound is overshot by what the inbox holds.
+		for sp.disk.full() && !closing() {
+			sp.mFull.Set(1)
+			select {
+			case <-sp.freed:
+			case <-sp.feedCtx.Done():
+			}
+		}
+		var b *barrier
+		buf, b = sp.inbox.take(context.Background(), buf[:0], cap(buf))
+		if b != nil {
+			buf = append(buf, &entry{item: b.item, key: b.item.Change.Key})
+		}
+		if len(buf) == 0 {
+			return // closed and empty
+		}
+		for i, e := range buf {
+			if sp.disk.full() && !closing() {
+				// Leave the rest in the inbox, where later changes of the
+				// same objects can still be folded into them.
+				sp.inbox.unshift(buf[i:])
+				break
+			}
+			ev, err := e.item.Event()
+			if err == nil {
+				rec, err = appendSpoolRecord(rec[:0], e, ev)
+			}
+			if err != nil {
+				d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
+				d.failed(e.item.Change, "encode")
+				d.markIncomplete(e.item.Change)
+				sp.pending.Add(-1)
+				continue
+			}
+			sp.put(d, rec)
+			sp.mWritten.Inc()
+			sp.pending.Add(-1)
+		}
+		sp.gauges()
+	}
+}
+
+// put writes rec, retrying a failing disk with backoff: the events behind
+// it must not overtake it. While the disk fails, the inbox conflates.
+func (sp *spooler) put(d *Dispatcher, rec []byte) {
+	b := d.newBackoff()
+	for attempt := 1; ; attempt++ {
+		err := sp.disk.put(rec)
+		if err == nil {
+			if sp.broken.Swap(false) {
+				sp.log.Info("spool writes succeed again", "attempts", attempt)
+			}
+			return
+		}
+		sp.broken.Store(true)
+		metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
+		if attempt == 1 || attempt%10 == 0 {
+			sp.log.Error("cannot write to the spool; retrying, and conflating new changes meanwhile",
+				"dir", sp.disk.opt.Dir, "attempt", attempt, "err", err)
+		}
+		b.wait(context.Background())
+	}
+}
+
+// feed moves spooled events back into the shards as they make room, and
+// turns the spooler inactive once inbox and disk are empty.
+func (sp *spooler) feed(d *Dispatcher) {
+	for {
+		for d.full() {
+			select {
+			case <-sp.room:
+			case <-sp.feedCtx.Done():
+				return
+			}
+		}
+		sp.mu.Lock()
+		// pending before depth: an entry leaves pending only once it is on
+		// disk, so reading them in this order cannot miss one in between.
+		if sp.active.Load() && sp.pending.Load() == 0 && sp.disk.depth() == 0 {
+			sp.active.Store(false)
+			sp.mFull.Set(0)
+			sp.log.Info("spool drained; events go straight to the sink again")
+		}
+		sp.mu.Unlock()
+		raw, err := sp.disk.next(sp.feedCtx)
+		if err != nil {
+			return
+		}
+		select {
+		case sp.freed <- struct{}{}:
+		default:
+		}
+		r, err := parseSpoolRecord(raw)
+		if err != nil {
+			// Cannot happen short of disk corruption; say so loudly.
+			metrics.SpoolErrors.WithLabelValues(d.name, "read").Inc()
+			sp.log.Error("skipping a spool record that cannot be read", "bytes", len(raw), "err", err)
+			continue
+		}
+		d.enqueueMemory(r.item(sp.resource), false)
+		sp.gauges()
+	}
+}
+
+// resource returns the stand-in Resource of a key prefix: spooled items
+// need only its prefix, for their metric labels.
+func (sp *spooler) resource(prefix string) *informer.Resource {
+	if r, ok := sp.resources.Load(prefix); ok {
+		return r.(*informer.Resource)
+	}
+	r, _ := sp.resources.LoadOrStore(prefix, &informer.Resource{KeyPrefix: prefix})
+	return r.(*informer.Resource)
+}
+
+// roomMade tells the reader that the shards have shrunk.
+func (sp *spooler) roomMade() {
+	select {
+	case sp.room <- struct{}{}:
+	default:
+	}
+}
+
+// shutdown stops the reader, writes the inbox to disk, and then writes left,
+// the entries still in memory (older than anything on disk), to a segment
+// read first on the next start. It returns how many entries it could not
+// keep.
+func (sp *spooler) shutdown(d *Dispatcher, left []*entry) (lost int) {
+	sp.stopFeed()
+	sp.inbox.close()
+	if sp.feedDone != nil { // started
+		<-sp.feedDone
+		<-sp.writerDone
+	}
+	var recs [][]byte
+	for _, e := range left {
+		ev, err := e.item.Event()
+		var rec []byte
+		if err == nil {
+			rec, err = appendSpoolRecord(nil, e, ev)
+		}
+		if err != nil {
+			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
+			d.failed(e.item.Change, "encode")
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	start := time.Now()
+	if err := sp.disk.prepend(recs); err != nil {
+		metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
+		sp.log.Error("shutdown: cannot spool the events still in memory", "events", len(recs), "err", err)
+		lost = len(recs)
+	} else if len(recs) > 0 {
+		sp.log.Info("shutdown: spooled the events still in memory; they are delivered first on the next start",
+			"events", len(recs), "took", time.Since(start).Round(time.Millisecond))
+	}
+	depth := sp.disk.depth()
+	if err := sp.disk.close(); err != nil {
+		metrics.SpoolErrors.WithLabelValues(d.name, "close").Inc()
+		sp.log.Error("shutdown: closing the spool", "err", err)
+	}
+	if depth > 0 {
+		sp.log.Info("shutdown: spool kept for the next start", "events", depth, "dir", sp.disk.opt.Dir)
+	}
+	return lost
+}

@@ -1,0 +1,119 @@
+package sinks
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/informer"
+)
+
+// A spool record is one queued entry: what the dispatcher needs to deliver
+// and count it, then the CloudEvent in its JSON form. The event is stored
+// rather than the Change because it is what the sink writes, and it can be
+// read back without the informer's Resource (which a restarted process may
+// not have resolved yet).
+//
+//	version  byte (1)
+//	flags    byte (1 = snapshot marker)
+//	conflated, size                       uvarint
+//	observed (unix nanoseconds)           varint
+//	key, op, resource prefix, snapshot id uvarint length + bytes
+//	event                                 the rest, JSON
+const spoolRecordVersion = 1
+
+const flagMarker = 1
+
+var errBadRecord = errors.New("malformed spool record")
+
+func appendSpoolRecord(b []byte, e *entry, ev *event.Event) ([]byte, error) {
+	c := e.item.Change
+	var flags byte
+	if c.IsMarker() {
+		flags |= flagMarker
+	}
+	b = append(b, spoolRecordVersion, flags)
+	b = binary.AppendUvarint(b, uint64(e.conflated))
+	b = binary.AppendUvarint(b, uint64(max(e.size, 0)))
+	b = binary.AppendVarint(b, c.Observed.UnixNano())
+	prefix := ""
+	if c.Resource != nil {
+		prefix = c.Resource.KeyPrefix
+	}
+	for _, s := range [...]string{c.Key, string(c.Op), prefix, c.SnapshotID} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	js, err := ev.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encoding event for the spool: %w", err)
+	}
+	return append(b, js...), nil
+}
+
+// spoolRecord is a record read back.
+type spoolRecord struct {
+	marker    bool
+	conflated int
+	size      int64
+	observed  time.Time
+	key, op   string
+	prefix    string
+	snapshot  string
+	event     event.Event
+}
+
+func parseSpoolRecord(b []byte) (*spoolRecord, error) {
+	if len(b) < 2 || b[0] != spoolRecordVersion {
+		return nil, errBadRecord
+	}
+	r := &spoolRecord{marker: b[1]&flagMarker != 0}
+	b = b[2:]
+	u := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			b = nil
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	r.conflated = int(u())
+	r.size = int64(u())
+	v, n := binary.Varint(b)
+	if n <= 0 {
+		return nil, errBadRecord
+	}
+	b = b[n:]
+	r.observed = time.Unix(0, v)
+	for _, dst := range [...]*string{&r.key, &r.op, &r.prefix, &r.snapshot} {
+		l := u()
+		if b == nil || uint64(len(b)) < l {
+			return nil, errBadRecord
+		}
+		*dst = string(b[:l])
+		b = b[l:]
+	}
+	if err := r.event.UnmarshalJSON(b); err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadRecord, err)
+	}
+	return r, nil
+}
+
+// item rebuilds the queued item. res returns the one Resource stand-in per
+// key prefix, which carries what the dispatcher's metrics need.
+func (r *spoolRecord) item(res func(prefix string) *informer.Resource) *Item {
+	ev := r.event
+	it := &Item{Change: &informer.Change{
+		Op:         informer.Op(r.op),
+		Resource:   res(r.prefix),
+		Key:        r.key,
+		SnapshotID: r.snapshot,
+		Observed:   r.observed,
+	}, size: r.size}
+	it.once.Do(func() { it.ev = &ev })
+	return it
+}
