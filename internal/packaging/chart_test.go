@@ -204,6 +204,34 @@ priorityClassName: platform-high
 			kinds:        []string{"ServiceMonitor", "NetworkPolicy", "ConfigMap"},
 		},
 		{
+			name: "a spool kept on a PersistentVolumeClaim for sinks that spool and one that conflates",
+			values: `
+config:
+  cluster: prod
+  dispatch: {bufferBytes: 16777216}
+  resources:
+    - group: apps
+      version: v1
+      resource: deployments
+      sinks: [audit, live]
+  sinks:
+    - name: audit
+      type: stdout
+      overflow: spool
+      spool: {maxBytes: 2147483648, fsync: always}
+    - name: live
+      type: stdout
+      overflow: conflate
+spool:
+  persistence:
+    enabled: true
+    size: 3Gi
+    storageClass: standard
+`,
+			clusterRules: []string{"apps/deployments"},
+			kinds:        []string{"PersistentVolumeClaim"},
+		},
+		{
 			name: "an existing ServiceAccount with RBAC granted elsewhere renders no RBAC",
 			values: `
 serviceAccount: {create: false, name: platform-kubewire}
@@ -434,6 +462,69 @@ func checkDeployment(t *testing.T, r *packaging.Rendered, vs valuesSet) {
 		t.Errorf("no config checksum on the pod template, so a config change would not roll the pods")
 	}
 	checkSecretMounts(t, r, d.Object, c)
+	checkSpool(t, r, d.Object, c)
+}
+
+// spoolDir is where the chart mounts the spool volume.
+const spoolDir = "/var/lib/kubewire/spool"
+
+// checkSpool asserts that the spool has a writable volume of its own at
+// spoolDir (a claim exactly when spool.persistence is on), that the
+// rendered config points kubewire at it, and that the root filesystem stays
+// read-only, so the spool is the only place kubewire can write.
+func checkSpool(t *testing.T, r *packaging.Rendered, d, c map[string]any) {
+	t.Helper()
+	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+	var mount map[string]any
+	for _, m := range mounts {
+		if m := m.(map[string]any); m["name"] == "spool" {
+			mount = m
+		}
+	}
+	if mount == nil || mount["mountPath"] != spoolDir || mount["readOnly"] == true {
+		t.Errorf("no writable spool mount at %s: %v", spoolDir, mounts)
+	}
+	if ro, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem"); !ro {
+		t.Error("the root filesystem is writable; only the spool should be")
+	}
+	v := podVolume(t, d, "spool")
+	claims := r.Objects("PersistentVolumeClaim")
+	if claim, ok, _ := unstructured.NestedString(v, "persistentVolumeClaim", "claimName"); ok {
+		// No claim rendered means spool.persistence.existingClaim.
+		if len(claims) > 1 || len(claims) == 1 && claims[0].GetName() != claim {
+			t.Errorf("the spool volume uses claim %q, but the chart rendered %d claims", claim, len(claims))
+		}
+	} else {
+		if _, ok := v["emptyDir"]; !ok {
+			t.Errorf("the spool volume is neither an emptyDir nor a claim: %v", v)
+		}
+		if limit, _, _ := unstructured.NestedString(v, "emptyDir", "sizeLimit"); limit == "" {
+			t.Errorf("the spool emptyDir has no sizeLimit, so a full spool could fill the node's disk: %v", v)
+		}
+		if len(claims) > 0 {
+			t.Errorf("the spool is an emptyDir, but a claim %s was rendered too", claims[0].GetName())
+		}
+	}
+	cfg, err := config.Parse([]byte(configText(t, r)))
+	if err != nil {
+		return // checkConfigLoads reports it
+	}
+	if cfg.Dispatch.SpoolDir != spoolDir {
+		t.Errorf("the rendered config spools to %q, not to the volume at %s", cfg.Dispatch.SpoolDir, spoolDir)
+	}
+}
+
+// podVolume returns the pod template's volume called name.
+func podVolume(t *testing.T, d map[string]any, name string) map[string]any {
+	t.Helper()
+	volumes, _, _ := unstructured.NestedSlice(d, "spec", "template", "spec", "volumes")
+	for _, v := range volumes {
+		if v := v.(map[string]any); v["name"] == name {
+			return v
+		}
+	}
+	t.Fatalf("no volume %q among %v", name, volumes)
+	return nil
 }
 
 // checkArgsParse feeds the Deployment's args to kubewire's own command line,
@@ -454,8 +545,9 @@ func checkArgsParse(t *testing.T, args []string) {
 }
 
 // checkSecretMounts asserts that every secretMount becomes a read-only
-// volume, and that every file the config names (the *File fields) lives in
-// one of them, the config's own mount or the base image's CA bundle.
+// volume (every volume but the spool is read-only), and that every file the
+// config names (the *File fields) lives in one of them, the config's own
+// mount or the base image's CA bundle.
 func checkSecretMounts(t *testing.T, r *packaging.Rendered, d, c map[string]any) {
 	t.Helper()
 	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
@@ -463,6 +555,9 @@ func checkSecretMounts(t *testing.T, r *packaging.Rendered, d, c map[string]any)
 	var dirs []string
 	for _, m := range mounts {
 		m := m.(map[string]any)
+		if m["name"] == "spool" {
+			continue // checkSpool
+		}
 		if m["readOnly"] != true {
 			t.Errorf("volume mount %v is writable", m)
 		}

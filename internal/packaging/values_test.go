@@ -60,6 +60,24 @@ secretMounts:
 			[]string{"/leaderElection/leaseDuration"}},
 		{"the log format is json or text", `logFormat: yaml`,
 			[]string{"/logFormat", "'json'", "'text'"}},
+		{"an overflow policy kubewire does not have is named with the ones it has", `
+config:
+  sinks: [{name: out, type: stdout, overflow: drop}]`,
+			[]string{"/config/sinks/0/overflow", "'spool'", "'conflate'"}},
+		{"a spool of no bytes is refused", `
+config:
+  sinks: [{name: out, type: stdout, spool: {maxBytes: 0}}]`,
+			[]string{"/config/sinks/0/spool/maxBytes", "minimum"}},
+		{"an fsync policy kubewire does not have is named with the ones it has", `
+config:
+  sinks: [{name: out, type: stdout, spool: {fsync: sometimes}}]`,
+			[]string{"/config/sinks/0/spool/fsync", "'always'", "'interval'", "'never'"}},
+		{"a misspelt spool field is refused rather than ignored", `
+config:
+  sinks: [{name: out, type: stdout, spool: {maxSize: 1024}}]`,
+			[]string{"/config/sinks/0/spool", "additional properties 'maxSize' not allowed"}},
+		{"a spool size must be a whole quantity", `spool: {sizeLimit: 1.5Gi}`,
+			[]string{"/spool/sizeLimit", "does not match pattern"}},
 		{"a kafka broker with a scheme is refused", `
 config:
   sinks: [{name: out, type: kafka, kafka: {brokers: ["kafka://kafka:9092"]}}]`,
@@ -128,6 +146,7 @@ func TestTheSchemaKnowsEveryConfigField(t *testing.T) {
 		{"config.resources[]", reflect.TypeFor[config.Resource](), append(slices.Clone(cfg), "properties", "resources", "items")},
 		{"config.sinks[]", reflect.TypeFor[config.Sink](), append(slices.Clone(cfg), "properties", "sinks", "items")},
 		{"config.sinks[].stdout", reflect.TypeFor[config.StdoutSink](), append(slices.Clone(cfg), "properties", "sinks", "items", "properties", "stdout")},
+		{"config.sinks[].spool", reflect.TypeFor[config.SpoolConfig](), append(slices.Clone(cfg), "properties", "sinks", "items", "properties", "spool")},
 		{"config.resources[].redact[]", reflect.TypeFor[config.RedactRule](), append(slices.Clone(cfg), "properties", "resources", "items", "properties", "redact", "items")},
 	} {
 		if got, want := props(tc.path...), jsonFields(tc.typ); !slices.Equal(got, want) {

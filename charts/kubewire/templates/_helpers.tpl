@@ -124,3 +124,70 @@ for a watcher; kubewire never writes to what it watches.
   verbs: ["get", "list", "watch"]
 {{- end }}
 {{- end }}
+
+{{/*
+Where the spool volume is mounted; the rendered config's dispatch.spoolDir.
+kubewire keeps one sub-directory per sink there.
+*/}}
+{{- define "kubewire.spoolDir" -}}
+/var/lib/kubewire/spool
+{{- end }}
+
+{{/*
+The bytes of disk the sinks' spools may use together: the sum of
+spool.maxBytes (default 1 GiB, as kubewire's DefaultSpoolMaxBytes) over the
+sinks whose overflow is spool (the default). A sink with overflow: conflate
+never writes to disk.
+*/}}
+{{- define "kubewire.spoolBytes" -}}
+{{- $total := 0 }}
+{{- range .Values.config.sinks }}
+{{- if eq (default "spool" .overflow) "spool" }}
+{{- $max := 1073741824 }}
+{{- with .spool }}{{ with .maxBytes }}{{ $max = . }}{{ end }}{{ end }}
+{{- $total = add $total (int64 $max) }}
+{{- end }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+A quantity as values.schema.json allows it for spool sizes (a whole number
+with an optional Ki, Mi, Gi, Ti, k, M, G or T suffix), in bytes.
+*/}}
+{{- define "kubewire.quantityBytes" -}}
+{{- $q := toString . }}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+{{- $num := regexFind "^[0-9]+" $q }}
+{{- $unit := trimPrefix $num $q }}
+{{- if not (hasKey $units $unit) }}
+{{- fail (printf "%q: not a size such as 2Gi or 1500M" $q) }}
+{{- end }}
+{{- mul (int64 $num) (get $units $unit) }}
+{{- end }}
+
+{{/*
+The emptyDir's sizeLimit: spool.sizeLimit when given, else the sinks' spools
+together plus a quarter for the spool's own files and whatever it writes
+past maxBytes before it counts itself full, rounded up to a MiB, and at
+least 64Mi. The kubelet evicts a pod whose emptyDir outgrows its sizeLimit,
+and the spool goes with the pod, so a given sizeLimit below what the spools
+may use is refused.
+*/}}
+{{- define "kubewire.spoolSizeLimit" -}}
+{{- $need := include "kubewire.spoolBytes" . | int64 }}
+{{- if .Values.spool.sizeLimit }}
+{{- $have := include "kubewire.quantityBytes" .Values.spool.sizeLimit | int64 }}
+{{- if lt $have $need }}
+{{- fail (printf "spool.sizeLimit %s (%d bytes) is smaller than the %d bytes the sinks' spools may use together (the sum of config.sinks[].spool.maxBytes, default 1 GiB each, over the sinks with overflow: spool); the kubelet would evict the pod, and its spool with it. Raise it, leave it empty to size it from the sinks, or lower the sinks' spool.maxBytes" (toString .Values.spool.sizeLimit) $have $need) }}
+{{- end }}
+{{- .Values.spool.sizeLimit }}
+{{- else }}
+{{- $mi := div (add (div (mul $need 5) 4) 1048575) 1048576 }}
+{{- printf "%dMi" (max $mi 64) }}
+{{- end }}
+{{- end }}
+
+{{- define "kubewire.spoolClaimName" -}}
+{{- default (printf "%s-spool" (include "kubewire.fullname" .)) .Values.spool.persistence.existingClaim }}
+{{- end }}
