@@ -25,14 +25,17 @@ import (
 )
 
 // realBrokers routes ns's ConfigMaps to real Apache Kafka, a nats-server
-// process with JetStream, and stdout, with a small buffer so an outage
-// overflows into conflation.
-func realBrokers(t *testing.T, ns string, buffer int) (string, *kafkatest.Broker, *natstest.Server) {
+// process with JetStream, and stdout, with the given buffer and overflow
+// policy on the broker sinks.
+func realBrokers(t *testing.T, ns string, buffer int, overflow string) (string, *kafkatest.Broker, *natstest.Server) {
 	t.Helper()
 	kb := kafkatest.Start(t, nil)
 	nsrv := natstest.Start(t)
 	cfg := brokerConfig(ns, kb.Addr, nsrv.URL(), fmt.Sprintf("dispatch: {bufferEvents: %d, drainTimeout: 60s}\n", buffer),
 		"  - name: out\n    type: stdout\n")
+	for _, typ := range []string{"kafka", "nats"} {
+		cfg = strings.Replace(cfg, "    type: "+typ+"\n", "    type: "+typ+"\n    overflow: "+overflow+"\n", 1)
+	}
 	return cfg, kb, nsrv
 }
 
@@ -46,7 +49,7 @@ func heap() uint64 {
 func TestE2EBrokersKilledForThirtySecondsOverflowIntoConflationAndStillConverge(t *testing.T) {
 	ns := namespace(t)
 	const buffer = 40
-	yaml, kb, nsrv := realBrokers(t, ns, buffer)
+	yaml, kb, nsrv := realBrokers(t, ns, buffer, config.OverflowConflate)
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +135,7 @@ wait:
 
 func TestE2EGracefulShutdownUnderLoadDeliversEverythingItObserved(t *testing.T) {
 	ns := namespace(t)
-	yaml, _, _ := realBrokers(t, ns, 10000)
+	yaml, _, _ := realBrokers(t, ns, 10000, config.OverflowSpool)
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)

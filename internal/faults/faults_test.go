@@ -126,13 +126,18 @@ func converge(t *testing.T, ns string, streams ...func() []event.Event) *verify.
 // churn creates, updates and deletes ConfigMaps in ns until stop is closed.
 // Errors while the apiserver is away are expected and skipped.
 func churn(ns string, stop <-chan struct{}) *churner {
+	return churnEvery(ns, stop, 5*time.Millisecond)
+}
+
+// churnEvery is churn with one write attempt per tick.
+func churnEvery(ns string, stop <-chan struct{}, tick time.Duration) *churner {
 	wg := &churner{}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		ctx := context.Background()
 		cms := kube.CoreV1().ConfigMaps(ns)
-		pace := time.NewTicker(5 * time.Millisecond)
+		pace := time.NewTicker(tick)
 		defer pace.Stop()
 		for i := 0; ; i++ {
 			select {
@@ -219,6 +224,27 @@ func (c *churner) checkOrder(t *testing.T, evs []event.Event) {
 		t.Fatal("no event carried a version the test wrote; the order check checked nothing")
 	}
 }
+
+// missing returns, per key, the positions (in write order) of the versions
+// the test wrote that no event of evs carries.
+func (c *churner) missing(evs []event.Event) map[string][]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	have := map[string]bool{}
+	for _, ev := range evs {
+		have[apptest.Ext(ev, encoding.ExtPartitionKey)+"@"+apptest.Ext(ev, encoding.ExtResourceVersion)] = true
+	}
+	out := map[string][]int{}
+	for k, rvs := range c.written {
+		for i, rv := range rvs {
+			if !have[k+"@"+rv] {
+				out[k] = append(out[k], i)
+			}
+		}
+	}
+	return out
+}
+
 func (c *churner) ok(err error) {
 	if err == nil {
 		c.changes.Add(1)

@@ -1,0 +1,220 @@
+//go:build e2e
+
+package faults_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/kafkatest"
+	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/natstest"
+	"github.com/kubewire/kubewire/internal/testcluster"
+)
+
+// The long outage: a small memory buffer, snapshots every 10 s, about 100
+// changes a second, and both brokers down for longer than five snapshot
+// intervals. KUBEWIRE_OUTAGE overrides the length (the docs' 10-minute run).
+const (
+	spoolBuffer   = 1000
+	snapshotEvery = 10 * time.Second
+	churnTick     = 10 * time.Millisecond // ~100 writes/s, of which ~2/3 are creates and updates
+)
+
+func outageLength(t *testing.T) time.Duration {
+	if v := os.Getenv("KUBEWIRE_OUTAGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("KUBEWIRE_OUTAGE: %v", err)
+		}
+		return d
+	}
+	return 5*snapshotEvery + 5*time.Second
+}
+
+// spoolConfig routes ns's ConfigMaps to real Kafka, nats-server JetStream
+// and stdout, spooling overflow under spoolDir.
+func spoolConfig(ns, kafkaAddr, natsURL, spoolDir string) string {
+	yaml := brokerConfig(ns, kafkaAddr, natsURL,
+		fmt.Sprintf("dispatch: {bufferEvents: %d, drainTimeout: 60s, spoolDir: %q}\n", spoolBuffer, spoolDir), withStdout)
+	return strings.Replace(yaml, "sinks: [kafka", fmt.Sprintf("snapshotInterval: %s, sinks: [kafka", snapshotEvery), 1)
+}
+
+// rssKB is the process's resident set size.
+func rssKB(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb
+		}
+	}
+	return 0
+}
+
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
+}
+
+func readAll(t *testing.T, cfg *config.Config, sink string) []event.Event {
+	t.Helper()
+	var evs []event.Event
+	read(t, cfg, sink, "configmaps", func(ev *event.Event) { evs = append(evs, *ev) })
+	return evs
+}
+
+func TestE2EBrokersDownForFiveSnapshotIntervalsLoseNoChangeWithTheSpool(t *testing.T) {
+	ns := namespace(t)
+	kb := kafkatest.Start(t, nil)
+	nsrv := natstest.Start(t)
+	spoolDir := t.TempDir()
+	yaml := spoolConfig(ns, kb.Addr, nsrv.URL(), spoolDir)
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
+	stop := make(chan struct{})
+	wg := churnEvery(ns, stop, churnTick)
+	apptest.Eventually(t, "events on every sink", func() bool { return k.App.Ready() && len(k.Events(t)) > 40 })
+
+	kb.Kill()
+	nsrv.Kill()
+	outage := outageLength(t)
+	start := time.Now()
+	var rssEarly, rssLate, peakSpool int64
+	var peakSpoolEvents float64
+	tick := time.NewTicker(time.Second)
+	for time.Since(start) < outage {
+		<-tick.C
+		if rssEarly == 0 && time.Since(start) > outage/5 {
+			rssEarly = rssKB(os.Getpid())
+		}
+		peakSpool = max(peakSpool, dirBytes(spoolDir))
+		peakSpoolEvents = max(peakSpoolEvents, metrics.Sum("kubewire_spool_events", map[string]string{"sink": "kafka"}))
+	}
+	tick.Stop()
+	rssLate = rssKB(os.Getpid())
+	t.Logf("outage %s: %d changes written, RSS %d MB at %s and %d MB at the end, peak spool %.1f MB on disk (%.0f events for kafka)",
+		outage, wg.changes.Load(), rssEarly>>10, outage/5, rssLate>>10, float64(peakSpool)/(1<<20), peakSpoolEvents)
+	if peakSpoolEvents == 0 {
+		t.Fatal("nothing was spooled; the outage did not overflow the memory buffer")
+	}
+	if rssLate > rssEarly+96<<10 {
+		t.Errorf("RSS grew from %d MB to %d MB during the outage", rssEarly>>10, rssLate>>10)
+	}
+
+	kb.Restart(t)
+	nsrv.Begin()
+	close(stop)
+	wg.Wait()
+	for sink, name := range map[string]string{"js": "nats-server JetStream", "kafka": "real Kafka"} {
+		rep := verifyUntilConverged(t, cfg, sink)
+		if len(rep.OrderViolations) != 0 {
+			t.Fatalf("%s: order violations %v", sink, rep.OrderViolations)
+		}
+		var evs []event.Event
+		apptest.Eventually(t, sink+" to hold every version written", func() bool {
+			evs = readAll(t, cfg, sink)
+			return len(wg.missing(evs)) == 0
+		})
+		wg.checkOrder(t, evs)
+		for _, ev := range evs {
+			if _, ok := ev.Extensions()["conflated"]; ok {
+				t.Fatalf("%s: event %s is conflated; the spool should have kept every change", sink, ev.ID())
+			}
+		}
+		record(fmt.Sprintf("brokers SIGKILLed %s (5+ snapshot intervals), spool, buffer %d (%s)", outage.Round(time.Second), spoolBuffer, name),
+			wg.changes.Load(), rep.Events, rep.Duplicates, 0)
+	}
+	t.Logf("peak spool %.1f MB, RSS %d -> %d MB", float64(peakSpool)/(1<<20), rssEarly>>10, rssLate>>10)
+}
+
+func TestE2EKubewireKilledDuringAnOutageReplaysItsSpoolAfterARestart(t *testing.T) {
+	ns := namespace(t)
+	p := newProcs(t, ns)
+	kb := kafkatest.Start(t, nil)
+	nsrv := natstest.Start(t)
+	spoolDir := filepath.Join(p.dir, "spool")
+	yaml := spoolConfig(ns, kb.Addr, nsrv.URL(), spoolDir)
+	if err := os.WriteFile(p.config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, stream1 := p.start(t, "first.jsonl")
+	apptest.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
+	stop := make(chan struct{})
+	wg := churnEvery(ns, stop, churnTick)
+	apptest.Eventually(t, "live events", func() bool { return len(stream1()) > 40 })
+
+	kb.Kill()
+	nsrv.Kill()
+	outage := min(outageLength(t), 30*time.Second)
+	time.Sleep(outage) // the fault's duration, not a synchronisation
+	close(stop)
+	wg.Wait()
+	// stdout stays healthy: once it has every version, kubewire has
+	// observed the whole churn, and what the brokers lack is queued.
+	apptest.Eventually(t, "kubewire to observe every change", func() bool { return len(wg.missing(stream1())) == 0 })
+	apptest.Eventually(t, "the overflow to reach the spool", func() bool { return dirBytes(spoolDir) > 0 })
+	spooledBytes := dirBytes(spoolDir)
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+
+	kb.Restart(t)
+	nsrv.Begin()
+	second, _ := p.start(t, "second.jsonl")
+	defer second.Process.Kill()
+	for sink, name := range map[string]string{"js": "nats-server JetStream", "kafka": "real Kafka"} {
+		rep := verifyUntilConverged(t, cfg, sink)
+		if len(rep.OrderViolations) != 0 {
+			t.Fatalf("%s: order violations %v", sink, rep.OrderViolations)
+		}
+		evs := readAll(t, cfg, sink)
+		wg.checkOrder(t, evs)
+		// SIGKILL loses what memory held: at most the buffer and what the
+		// shards had taken, and those are the oldest changes of the outage.
+		// Everything spooled after them must be there, so each key's missing
+		// versions are one run, and a short one in total.
+		lost := 0
+		for key, pos := range wg.missing(evs) {
+			for i := 1; i < len(pos); i++ {
+				if pos[i] != pos[i-1]+1 {
+					t.Fatalf("%s: %s lacks versions #%v; a gap after the first run means a spooled change was lost", sink, key, pos)
+				}
+			}
+			lost += len(pos)
+		}
+		if limit := spoolBuffer + 16*100; lost > limit {
+			t.Fatalf("%s: %d written versions missing; SIGKILL should lose at most the memory buffer (%d)", sink, lost, limit)
+		}
+		t.Logf("%s: %d versions written, %d lost with the memory buffer at SIGKILL, spool %d KB replayed", sink, wg.changes.Load(), lost, spooledBytes>>10)
+		record(fmt.Sprintf("brokers down %s, kubewire SIGKILLed, spool replayed (%s; %d in memory lost)", outage.Round(time.Second), name, lost),
+			wg.changes.Load(), rep.Events, rep.Duplicates, 0)
+	}
+}

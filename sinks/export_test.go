@@ -1,0 +1,44 @@
+package sinks
+
+import (
+	"context"
+	"io"
+	"log/slog"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+)
+
+// TestSpool is the disk spool with the dispatcher's record format, for the
+// spool benchmarks.
+type TestSpool struct{ s *diskSpool }
+
+func OpenTestSpool(opt SpoolOptions) (*TestSpool, error) {
+	s, err := openSpool(opt, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return &TestSpool{s}, err
+}
+
+// Record encodes it as the dispatcher spools it.
+func Record(it *Item) ([]byte, error) {
+	ev, err := it.Event()
+	if err != nil {
+		return nil, err
+	}
+	return appendSpoolRecord(nil, &entry{item: it, key: it.Change.Key, size: it.bytes()}, ev)
+}
+
+func (t *TestSpool) Put(rec []byte) error { return t.s.put(rec) }
+
+// Next reads the oldest record and decodes it back into its event.
+func (t *TestSpool) Next(ctx context.Context) (*event.Event, error) {
+	b, err := t.s.next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := parseSpoolRecord(b)
+	if err != nil {
+		return nil, err
+	}
+	return &r.event, nil
+}
+
+func (t *TestSpool) Close() error { return t.s.close() }
