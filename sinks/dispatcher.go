@@ -67,6 +67,10 @@ type Options struct {
 	// changes whose size is known without encoding (Change.Size); 0 means
 	// no byte limit.
 	BufferBytes int64
+	// Lanes is how many resources the sink receives (default 1). Each
+	// resource has a lane of its own, so one whose destination refuses
+	// writes waits alone; the buffer limits above are split between them.
+	Lanes int
 	// BatchSize is the most events handed to one Sink.Write (default 100).
 	BatchSize int
 	// RetryInitial and RetryMax bound the exponential backoff between
@@ -83,6 +87,9 @@ func (o *Options) defaults() {
 	if o.BufferEvents <= 0 {
 		o.BufferEvents = 10000
 	}
+	if o.Lanes <= 0 {
+		o.Lanes = 1
+	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = 100
 	}
@@ -97,8 +104,10 @@ func (o *Options) defaults() {
 	}
 }
 
-// Dispatcher delivers Items to one Sink. Items with the same key go to the
-// same shard and are written strictly in order, each retried until the sink
+// Dispatcher delivers Items to one Sink. Each resource has a lane of its own
+// (lane.go), so a resource whose topic is missing waits without holding the
+// others back. Within a lane, items with the same key go to the same shard
+// and are written strictly in order, each retried until the sink
 // acknowledges it; different shards run in parallel. Enqueue never blocks.
 // When the memory buffer is full, events go to the disk spool if the
 // dispatcher has one (UseSpool), in order, and come back once there is room;
@@ -111,7 +120,18 @@ type Dispatcher struct {
 	opt  Options
 	log  *slog.Logger
 
-	shards      []*shard
+	lanesMu sync.RWMutex
+	lanes   map[string]*lane // by resource key prefix
+	started bool
+	spool   *SpoolOptions
+	// spoolBytes bounds the spools of all lanes together.
+	spoolBytes  atomic.Int64
+	spoolEvents atomic.Int64
+
+	mSpoolBytes, mSpoolEvents, mSpoolFull prometheus.Gauge
+	mSpoolWritten                         prometheus.Counter
+
+	// queued and queuedBytes are the totals over the lanes.
 	queued      atomic.Int64
 	queuedBytes atomic.Int64
 
@@ -131,17 +151,11 @@ type Dispatcher struct {
 	mBuffer, mBufferBytes  prometheus.Gauge
 	mPublish, mLag         prometheus.Observer
 
-	// barrierMu makes the insertion of a barrier into all shards atomic with
-	// respect to other barriers, so every shard sees barriers in one order.
-	barrierMu sync.Mutex
-
 	snapshots snapshotsInFlight
 	// incomplete counts, per snapshot id, the records that could not be
 	// delivered, for the snapshot's completed marker.
 	incompleteMu sync.Mutex
 	incomplete   map[string]int
-
-	sp spooler
 }
 
 // NewDispatcher returns a dispatcher for sink. Call Start before Enqueue has
@@ -160,10 +174,7 @@ func NewDispatcher(name string, sink Sink, opt Options) *Dispatcher {
 	d.mPublish = metrics.PublishDuration.WithLabelValues(name)
 	d.mLag = metrics.EventLag.WithLabelValues(name)
 	d.work, d.cancelWork = context.WithCancel(context.Background())
-	d.shards = make([]*shard, opt.Shards)
-	for i := range d.shards {
-		d.shards[i] = &shard{pending: map[string]*entry{}, notify: make(chan struct{}, 1)}
-	}
+	d.lanes = map[string]*lane{}
 	metrics.SinkHealthy.WithLabelValues(name).Set(0)
 	return d
 }
@@ -180,19 +191,16 @@ func (d *Dispatcher) Queued() int { return int(d.queued.Load()) }
 // Start connects the sink (retrying with backoff) and starts the shard
 // workers.
 func (d *Dispatcher) Start() {
-	if d.sp.disk != nil {
-		d.sp.start(d)
-	}
-	d.wg.Add(1 + len(d.shards))
+	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
 		d.connect()
 	}()
-	for _, s := range d.shards {
-		go func() {
-			defer d.wg.Done()
-			d.work1(s)
-		}()
+	d.lanesMu.Lock()
+	defer d.lanesMu.Unlock()
+	d.started = true
+	for _, l := range d.lanes {
+		l.start()
 	}
 }
 
@@ -219,56 +227,21 @@ func (d *Dispatcher) connect() {
 }
 
 // Enqueue hands an item to the dispatcher. It never blocks. Snapshot markers
-// are barriers: they are written only after everything enqueued before them
-// has been acknowledged, and nothing enqueued after them is written before
-// them.
+// are barriers in their resource's lane: they are written only after
+// everything of that resource enqueued before them has been acknowledged,
+// and nothing enqueued after them is written before them.
 func (d *Dispatcher) Enqueue(it *Item) {
 	if it.Change.IsMarker() {
 		d.snapshots.add(it.Change, 1)
 	}
-	if d.sp.disk != nil && d.sp.offer(d, it) {
-		return
-	}
-	d.enqueueMemory(it, d.full())
+	d.lane(prefixOf(it.Change)).enqueue(it)
 }
 
-// full reports whether the memory buffer is at its bound.
-func (d *Dispatcher) full() bool {
-	return d.queued.Load() >= int64(d.opt.BufferEvents) ||
-		d.opt.BufferBytes > 0 && d.queuedBytes.Load() >= d.opt.BufferBytes
-}
-
-// enqueueMemory queues it in its shard, folding it into a queued change of
-// the same object if full.
-func (d *Dispatcher) enqueueMemory(it *Item, full bool) {
-	if it.Change.IsMarker() {
-		d.enqueueBarrier(it)
-		return
+func prefixOf(c *informer.Change) string {
+	if c.Resource == nil {
+		return ""
 	}
-	s := d.shards[shardOf(it.Change.Key, len(d.shards))]
-	appended, delta := s.push(it, full)
-	if delta != 0 {
-		d.queuedBytes.Add(delta)
-		d.mBufferBytes.Add(float64(delta))
-	}
-	if appended {
-		d.queued.Add(1)
-		d.mBuffer.Inc()
-	} else {
-		d.conflated(it.Change)
-	}
-}
-
-func (d *Dispatcher) enqueueBarrier(it *Item) {
-	b := &barrier{item: it, done: make(chan struct{})}
-	b.remaining.Store(int32(len(d.shards)))
-	d.barrierMu.Lock()
-	defer d.barrierMu.Unlock()
-	d.queued.Add(1)
-	d.mBuffer.Inc()
-	for _, s := range d.shards {
-		s.pushBarrier(b)
-	}
+	return c.Resource.KeyPrefix
 }
 
 // Close stops accepting work and drains what is queued in memory until ctx
@@ -277,11 +250,14 @@ func (d *Dispatcher) enqueueBarrier(it *Item) {
 // events were neither acknowledged nor spooled. The sink is closed last.
 func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 	d.closeOnce.Do(func() {
-		if d.sp.disk != nil {
-			d.sp.stopFeed()
-		}
-		for _, s := range d.shards {
-			s.close()
+		lanes := d.allLanes()
+		for _, l := range lanes {
+			if l.sp.disk != nil {
+				l.sp.stopFeed()
+			}
+			for _, s := range l.shards {
+				s.close()
+			}
 		}
 		done := make(chan struct{})
 		go func() { d.wg.Wait(); close(done) }()
@@ -292,10 +268,12 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 			<-done
 		}
 		d.cancelWork()
-		if d.sp.disk != nil {
-			undelivered = d.sp.shutdown(d, d.leftInMemory())
-		} else {
-			undelivered = int(d.queued.Load())
+		for _, l := range lanes {
+			if l.sp.disk != nil {
+				undelivered += l.sp.shutdown(l, l.leftInMemory())
+			} else {
+				undelivered += int(l.queued.Load())
+			}
 		}
 		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -306,125 +284,9 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 	return undelivered
 }
 
-// leftInMemory merges what the shards still hold into one sequence that
-// keeps each key's order and each marker's place: every shard's entries
-// before the first marker, the marker once, then every shard's entries
-// before the next one, and so on. Every shard holds the same markers in the
-// same order, because no worker passes a marker before it is written.
-func (d *Dispatcher) leftInMemory() []*entry {
-	var out []*entry
-	rests := make([][]*entry, len(d.shards))
-	for i, s := range d.shards {
-		rests[i] = s.rest()
-	}
-	for {
-		var marker *barrier
-		more := false
-		for i, r := range rests {
-			j := 0
-			for j < len(r) && r[j].barrier == nil {
-				j++
-			}
-			out = append(out, r[:j]...)
-			if j < len(r) {
-				marker = r[j].barrier
-				rests[i] = r[j+1:]
-				more = true
-			} else {
-				rests[i] = nil
-			}
-		}
-		if !more {
-			return out
-		}
-		out = append(out, &entry{item: marker.item, key: marker.item.Change.Key})
-	}
-}
-
-// work1 is the loop of one shard: take a batch, or arrive at a barrier.
-func (d *Dispatcher) work1(s *shard) {
-	select {
-	case <-d.connected:
-	case <-d.work.Done():
-		return
-	}
-	batch := make([]*entry, 0, d.opt.BatchSize)
-	events := make([]*event.Event, 0, d.opt.BatchSize)
-	for {
-		var b *barrier
-		batch, b = s.take(d.work, batch[:0], d.opt.BatchSize)
-		switch {
-		case b != nil:
-			if !d.arrive(b) {
-				s.unshift([]*entry{{barrier: b, key: b.item.Change.Key}})
-				return
-			}
-		case len(batch) > 0:
-			n, size := len(batch), int64(0)
-			for _, e := range batch {
-				size += e.size
-			}
-			var kept int
-			events, kept = d.deliver(batch, events[:0])
-			if d.work.Err() != nil {
-				s.unshift(batch[:kept])
-				return
-			}
-			d.done(n, size)
-		default:
-			return
-		}
-	}
-}
-
-func (d *Dispatcher) done(n int, size int64) {
-	d.queued.Add(int64(-n))
-	d.mBuffer.Sub(float64(n))
-	if size != 0 {
-		d.queuedBytes.Add(-size)
-		d.mBufferBytes.Sub(float64(size))
-	}
-	if d.sp.disk != nil {
-		d.sp.roomMade()
-	}
-}
-
 // QueuedBytes is the size of the object data waiting or in flight, for
 // changes whose size is known.
 func (d *Dispatcher) QueuedBytes() int64 { return d.queuedBytes.Load() }
-
-// arrive blocks the shard at the barrier. The last shard to arrive knows
-// everything before the barrier is acknowledged everywhere, writes the marker
-// and lets all shards go on.
-func (d *Dispatcher) arrive(b *barrier) bool {
-	if b.remaining.Add(-1) == 0 {
-		c := b.item.Change
-		e := &entry{item: b.item, key: c.Key}
-		if c.Op == informer.OpSnapshotCompleted {
-			if e.incomplete = d.takeIncomplete(c.SnapshotID); e.incomplete > 0 {
-				d.log.Warn("snapshot completed with records that were not delivered; consumers must not prune on it",
-					"resource", c.Key, "snapshot", c.SnapshotID, "undelivered", e.incomplete)
-			}
-		}
-		d.deliver([]*entry{e}, nil)
-		if d.work.Err() != nil {
-			// Written again at the next start; the count goes with it
-			// only as far as this process knew it.
-			b.remaining.Add(1)
-			return false
-		}
-		d.done(1, 0)
-		d.snapshots.add(b.item.Change, -1)
-		close(b.done)
-		return true
-	}
-	select {
-	case <-b.done:
-		return true
-	case <-d.work.Done():
-		return false
-	}
-}
 
 // deliver writes batch until the sink acknowledges it or the work context
 // ends. It gives up on nothing except events that cannot be encoded and
@@ -433,7 +295,7 @@ func (d *Dispatcher) arrive(b *barrier) bool {
 // It returns the events and how many entries of batch it kept: batch is
 // compacted in place to those, so a caller that is cancelled can queue them
 // again.
-func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) ([]*event.Event, int) {
+func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]*event.Event, int) {
 	// batch is compacted in place to the entries that encoded, so that
 	// batch[i] is the entry of events[i].
 	kept := batch[:0]
@@ -470,6 +332,7 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) ([]*event.Ev
 		d.mPublish.Observe(time.Since(start).Seconds())
 		if err == nil {
 			d.setHealthy(true)
+			l.blocked(false)
 			now := time.Now()
 			for _, e := range batch {
 				d.published(e.item.Change, now)
@@ -484,7 +347,7 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) ([]*event.Ev
 				// Find the culprit: write one at a time, in order, so only
 				// the refused events are dropped.
 				for i, ev := range events {
-					d.deliver1(ev, batch[i].item.Change)
+					d.deliver1(l, ev, batch[i].item.Change)
 				}
 				return events, len(batch)
 			}
@@ -492,9 +355,12 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) ([]*event.Ev
 			return events, len(batch)
 		}
 		d.setHealthy(false)
+		l.blocked(true)
 		metrics.WriteRetries.WithLabelValues(d.name).Inc()
 		if attempt == 1 || attempt%10 == 0 {
-			d.log.Warn("sink write failed; retrying", "attempt", attempt, "events", len(events), "err", err)
+			// The resource is named: a missing topic or stream fails only
+			// its own lane, and the log should say which.
+			l.log.Warn("sink write failed; retrying", "attempt", attempt, "events", len(events), "err", err)
 		}
 		if !b.wait(d.work) {
 			return events, len(batch)
@@ -502,7 +368,7 @@ func (d *Dispatcher) deliver(batch []*entry, events []*event.Event) ([]*event.Ev
 	}
 }
 
-func (d *Dispatcher) deliver1(ev *event.Event, c *informer.Change) {
+func (d *Dispatcher) deliver1(l *lane, ev *event.Event, c *informer.Change) {
 	one := [1]*event.Event{ev}
 	b := d.newBackoff()
 	for attempt := 1; ; attempt++ {
@@ -510,6 +376,7 @@ func (d *Dispatcher) deliver1(ev *event.Event, c *informer.Change) {
 		switch {
 		case err == nil:
 			d.setHealthy(true)
+			l.blocked(false)
 			d.published(c, time.Now())
 			return
 		case d.work.Err() != nil:

@@ -48,6 +48,7 @@ type recorder struct {
 	failRate float64                 // transient failure probability per Write
 	refuse   func(*event.Event) bool // permanent refusal
 	gate     chan struct{}           // while non-nil and open, Writes fail
+	failIf   func(*event.Event) bool // a transient failure of a Write holding such an event
 	writes   int
 }
 
@@ -69,6 +70,13 @@ func (r *recorder) Write(ctx context.Context, evs []*event.Event) error {
 	}
 	if r.failRate > 0 && rand.Float64() < r.failRate {
 		return errDown
+	}
+	if r.failIf != nil {
+		for _, ev := range evs {
+			if r.failIf(ev) {
+				return fmt.Errorf("topic of %s: %w", key(ev), errDown)
+			}
+		}
 	}
 	if r.refuse != nil {
 		for _, ev := range evs {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 )
@@ -13,7 +14,7 @@ import (
 type TestSpool struct{ s *diskSpool }
 
 func OpenTestSpool(opt SpoolOptions) (*TestSpool, error) {
-	s, err := openSpool(opt, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := openSpool(opt, slog.New(slog.NewTextHandler(io.Discard, nil)), new(atomic.Int64))
 	return &TestSpool{s}, err
 }
 

@@ -54,9 +54,11 @@ const (
 // and a sync policy; what it does not have is a size bound, which we keep
 // here by counting the bytes of unread records.
 type diskSpool struct {
-	opt   SpoolOptions
-	log   *slog.Logger
-	bytes atomic.Int64
+	opt SpoolOptions
+	log *slog.Logger
+	// bytes counts unread record bytes, shared by the spools of one sink so
+	// that MaxBytes bounds them together.
+	bytes *atomic.Int64
 
 	mu   sync.Mutex
 	segs []*segment // ascending generation; the last one is written to
@@ -72,11 +74,11 @@ type segment struct {
 
 // openSpool opens (or creates) the spool in opt.Dir, with whatever a
 // previous process left there.
-func openSpool(opt SpoolOptions, log *slog.Logger) (*diskSpool, error) {
+func openSpool(opt SpoolOptions, log *slog.Logger, bytes *atomic.Int64) (*diskSpool, error) {
 	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool directory: %w", err)
 	}
-	s := &diskSpool{opt: opt, log: log, ready: make(chan struct{})}
+	s := &diskSpool{opt: opt, log: log, ready: make(chan struct{}), bytes: bytes}
 	metas, err := filepath.Glob(filepath.Join(opt.Dir, "seg-*.diskqueue.meta.dat"))
 	if err != nil {
 		return nil, err
@@ -100,17 +102,16 @@ func openSpool(opt SpoolOptions, log *slog.Logger) (*diskSpool, error) {
 	// What a previous process left is counted by the size of its files: a
 	// little more than the unread records, which errs on the safe side of
 	// the bound.
-	files, _ := filepath.Glob(filepath.Join(opt.Dir, "seg-*.diskqueue.*.dat"))
-	for _, f := range files {
-		if strings.HasSuffix(f, ".meta.dat") {
-			continue
+	if s.depth() > 0 {
+		files, _ := filepath.Glob(filepath.Join(opt.Dir, "seg-*.diskqueue.*.dat"))
+		for _, f := range files {
+			if strings.HasSuffix(f, ".meta.dat") {
+				continue
+			}
+			if fi, err := os.Stat(f); err == nil {
+				s.bytes.Add(fi.Size())
+			}
 		}
-		if fi, err := os.Stat(f); err == nil {
-			s.bytes.Add(fi.Size())
-		}
-	}
-	if s.depth() == 0 {
-		s.bytes.Store(0)
 	}
 	return s, nil
 }

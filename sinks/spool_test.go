@@ -3,6 +3,8 @@ package sinks_test
 import (
 	"context"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,14 +165,19 @@ func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
 	d := spooled(t, "spool-full", rec, t.TempDir(), 20_000)
 	d.Start()
 	const keys, perKey = 3, 500
-	for rv := 1; rv <= perKey; rv++ {
-		for k := range keys {
-			d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+	enqueue := func(from, to int) {
+		for rv := from; rv <= to; rv++ {
+			for k := range keys {
+				d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+			}
 		}
 	}
+	enqueue(1, perKey-100)
 	waitFor(t, "the spool to report full", func() bool {
 		return metrics.Sum("kubewire_spool_full", map[string]string{"sink": "spool-full"}) == 1
 	})
+	// Changes that arrive once the spool is full are folded.
+	enqueue(perKey-99, perKey)
 	if metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "spool-full"}) == 0 {
 		t.Fatal("the spool is full but nothing was conflated")
 	}
@@ -229,5 +236,80 @@ func TestACompletedMarkerSaysHowManyOfItsRecordsWereDropped(t *testing.T) {
 	}
 	if len(marks) != 2 || marks[0] != "s1=1" || marks[1] != "s2=" {
 		t.Fatalf("completed markers %v; want s1 marked incomplete=1 and s2 unmarked", marks)
+	}
+}
+
+func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) {
+	other := informer.NewResource("test", res.GVR.GroupResource().WithVersion("v1"), "ConfigMap", true)
+	other.KeyPrefix = "widgets.example.com"
+	blocked := atomic.Bool{}
+	blocked.Store(true)
+	rec := &recorder{failIf: func(ev *event.Event) bool {
+		return blocked.Load() && strings.HasPrefix(key(ev), other.KeyPrefix)
+	}}
+	opt := fastOptions()
+	opt.BufferEvents, opt.Lanes = 20, 2
+	d := sinks.NewDispatcher("isolate", rec, opt)
+	if err := d.UseSpool(sinks.SpoolOptions{Dir: t.TempDir(), MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	d.Start()
+	otherChange := func(name string, rv int) *sinks.Item {
+		c := change(informer.OpUpdated, name, rv)
+		c.Resource, c.Key = other, other.ObjectKey("ns", name)
+		return sinks.NewItem(c)
+	}
+	const perKey = 200
+	for rv := 1; rv <= perKey; rv++ {
+		d.Enqueue(otherChange("w0", rv))
+		d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm0", rv)))
+		if rv == perKey/2 {
+			d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+			d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 0)))
+		}
+	}
+	// The healthy resource's changes and its snapshot all arrive while the
+	// other's writes keep failing.
+	waitFor(t, "every change of the healthy resource", func() bool {
+		n := 0
+		for _, ev := range rec.events() {
+			if key(ev) == res.ObjectKey("ns", "cm0") || ev.Type() == encoding.TypeSnapshotCompleted {
+				n++
+			}
+		}
+		return n == perKey+1
+	})
+	if got := metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "isolate", "resource": other.KeyPrefix}); got != 1 {
+		t.Fatalf("kubewire_resource_blocked for the failing resource is %v, want 1", got)
+	}
+	if got := metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "isolate", "resource": res.KeyPrefix}); got != 0 {
+		t.Fatalf("kubewire_resource_blocked for the healthy resource is %v, want 0", got)
+	}
+	// Its topic appears: every one of its changes follows, in order.
+	blocked.Store(false)
+	waitFor(t, "the waiting resource's changes", func() bool {
+		for _, ev := range rec.events() {
+			if key(ev) == other.ObjectKey("ns", "w0") && rvOf(ev) == perKey {
+				return true
+			}
+		}
+		return false
+	})
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	var rvs []int
+	for _, ev := range rec.events() {
+		if key(ev) == other.ObjectKey("ns", "w0") {
+			rvs = append(rvs, rvOf(ev))
+		}
+	}
+	for i, rv := range rvs {
+		if rv != i+1 {
+			t.Fatalf("the waiting resource's changes arrived as %v..., want 1..%d in order", rvs[:min(len(rvs), i+3)], perKey)
+		}
+	}
+	if got := metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "isolate", "resource": other.KeyPrefix}); got != 0 {
+		t.Fatalf("kubewire_resource_blocked stayed %v after the writes succeeded", got)
 	}
 }

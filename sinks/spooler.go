@@ -2,12 +2,12 @@ package sinks
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
@@ -51,69 +51,98 @@ type spooler struct {
 	writerDone chan struct{}
 
 	resources sync.Map // key prefix -> *informer.Resource, for spooled items
-
-	mBytes, mEvents, mFull prometheus.Gauge
-	mWritten               prometheus.Counter
 }
 
 // UseSpool gives the dispatcher a disk spool for its overflow (overflow:
-// spool). Call it before Start. What a previous process left in the spool is
-// delivered before any event enqueued now.
+// spool), one per resource under opt.Dir. Call it before Start. What a
+// previous process left in the spool is delivered before any event
+// enqueued now.
 func (d *Dispatcher) UseSpool(opt SpoolOptions) error {
-	disk, err := openSpool(opt, d.log)
+	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
+		return fmt.Errorf("spool directory: %w", err)
+	}
+	probe, err := os.CreateTemp(opt.Dir, ".probe-")
+	if err != nil {
+		return fmt.Errorf("spool directory is not writable: %w", err)
+	}
+	probe.Close()
+	_ = os.Remove(probe.Name())
+	d.spool = &opt
+	d.mSpoolBytes = metrics.SpoolBytes.WithLabelValues(d.name)
+	d.mSpoolEvents = metrics.SpoolEvents.WithLabelValues(d.name)
+	d.mSpoolFull = metrics.SpoolFull.WithLabelValues(d.name)
+	d.mSpoolWritten = metrics.SpoolWritten.WithLabelValues(d.name)
+	d.mSpoolFull.Set(0)
+	entries, err := os.ReadDir(opt.Dir)
+	if err != nil {
+		return fmt.Errorf("spool directory: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		prefix := e.Name()
+		if prefix == "_" {
+			prefix = ""
+		}
+		d.lane(prefix) // opens the lane's spool, which replays what it holds
+	}
+	d.spoolGauges()
+	return nil
+}
+
+func (d *Dispatcher) spoolGauges() {
+	d.mSpoolBytes.Set(float64(d.spoolBytes.Load()))
+	d.mSpoolEvents.Set(float64(d.spoolEvents.Load()))
+	full := 0.0
+	if d.spool != nil && d.spoolBytes.Load() >= d.spool.MaxBytes {
+		full = 1
+	}
+	d.mSpoolFull.Set(full)
+}
+
+// open gives the lane its spool in opt.Dir.
+func (sp *spooler) open(l *lane, opt SpoolOptions) error {
+	disk, err := openSpool(opt, l.log, &l.d.spoolBytes)
 	if err != nil {
 		return err
 	}
-	sp := &d.sp
 	sp.disk = disk
-	sp.log = d.log
+	sp.log = l.log
 	sp.inbox = &shard{pending: map[string]*entry{}, notify: make(chan struct{}, 1)}
 	sp.room = make(chan struct{}, 1)
 	sp.freed = make(chan struct{}, 1)
 	sp.feedCtx, sp.stopFeed = context.WithCancel(context.Background())
-	sp.mBytes = metrics.SpoolBytes.WithLabelValues(d.name)
-	sp.mEvents = metrics.SpoolEvents.WithLabelValues(d.name)
-	sp.mFull = metrics.SpoolFull.WithLabelValues(d.name)
-	sp.mWritten = metrics.SpoolWritten.WithLabelValues(d.name)
-	sp.mFull.Set(0)
 	if n := disk.depth(); n > 0 {
 		sp.active.Store(true)
-		d.log.Info("spool holds events from an earlier run; delivering them before new ones", "events", n, "bytes", disk.bytes.Load())
+		l.d.spoolEvents.Add(n)
+		l.log.Info("spool holds events from an earlier run; delivering them before new ones", "events", n, "dir", opt.Dir)
 	}
-	sp.gauges()
 	return nil
-}
-
-func (sp *spooler) gauges() {
-	sp.mBytes.Set(float64(sp.disk.bytes.Load()))
-	sp.mEvents.Set(float64(sp.disk.depth() + sp.pending.Load()))
-	full := 0.0
-	if sp.disk.full() {
-		full = 1
-	}
-	sp.mFull.Set(full)
 }
 
 // offer takes it for the spool if the spool is active, or if the memory
 // buffer is full and the spool becomes active now. It reports whether it
 // took it.
-func (sp *spooler) offer(d *Dispatcher, it *Item) bool {
-	if !sp.active.Load() && !d.full() {
+func (sp *spooler) offer(l *lane, it *Item) bool {
+	if !sp.active.Load() && !l.full() {
 		return false
 	}
+	d := l.d
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if !sp.active.Load() {
-		if !d.full() {
+		if !l.full() {
 			return false
 		}
 		sp.active.Store(true)
-		d.log.Info("sink buffer full; spooling events to disk in order", "bufferEvents", d.opt.BufferEvents,
-			"queued", d.queued.Load(), "spoolDir", sp.disk.opt.Dir)
+		l.log.Info("spooling events to disk in order: the buffer is full or the sink is failing", "bufferEvents", l.maxEvents,
+			"queued", l.queued.Load(), "failing", l.failing.Load(), "spoolDir", sp.disk.opt.Dir)
 	}
 	if it.Change.IsMarker() {
 		sp.inbox.pushBarrier(&barrier{item: it})
 		sp.pending.Add(1)
+		d.spoolEvents.Add(1)
 		return true
 	}
 	// The inbox is bounded too: a disk that fails, or one far slower than
@@ -121,30 +150,32 @@ func (sp *spooler) offer(d *Dispatcher, it *Item) bool {
 	full := sp.disk.full() || sp.broken.Load() || sp.pending.Load() >= int64(max(d.opt.BufferEvents, minInbox))
 	if appended, _ := sp.inbox.push(it, full); appended {
 		sp.pending.Add(1)
+		d.spoolEvents.Add(1)
 	} else {
 		d.conflated(it.Change)
 	}
 	if full {
-		sp.mFull.Set(1)
+		d.mSpoolFull.Set(1)
 	}
 	return true
 }
 
-func (sp *spooler) start(d *Dispatcher) {
+func (sp *spooler) start(l *lane) {
 	sp.feedDone = make(chan struct{})
 	sp.writerDone = make(chan struct{})
 	go func() {
 		defer close(sp.writerDone)
-		sp.write(d)
+		sp.write(l)
 	}()
 	go func() {
 		defer close(sp.feedDone)
-		sp.feed(d)
+		sp.feed(l)
 	}()
 }
 
 // write moves inbox entries to disk, in order, while the disk has room.
-func (sp *spooler) write(d *Dispatcher) {
+func (sp *spooler) write(l *lane) {
+	d := l.d
 	buf := make([]*entry, 0, 256)
 	var rec []byte
 	closing := func() bool { return sp.feedCtx.Err() != nil }
@@ -152,7 +183,7 @@ func (sp *spooler) write(d *Dispatcher) {
 		// At shutdown the reader has stopped, so waiting for room would
 		// wait forever; the bound is overshot by what the inbox holds.
 		for sp.disk.full() && !closing() {
-			sp.mFull.Set(1)
+			d.mSpoolFull.Set(1)
 			select {
 			case <-sp.freed:
 			case <-sp.feedCtx.Done():
@@ -182,13 +213,14 @@ func (sp *spooler) write(d *Dispatcher) {
 				d.failed(e.item.Change, "encode")
 				d.markIncomplete(e.item.Change)
 				sp.pending.Add(-1)
+				d.spoolEvents.Add(-1)
 				continue
 			}
 			sp.put(d, rec)
-			sp.mWritten.Inc()
+			d.mSpoolWritten.Inc()
 			sp.pending.Add(-1)
 		}
-		sp.gauges()
+		d.spoolGauges()
 	}
 }
 
@@ -216,9 +248,10 @@ func (sp *spooler) put(d *Dispatcher, rec []byte) {
 
 // feed moves spooled events back into the shards as they make room, and
 // turns the spooler inactive once inbox and disk are empty.
-func (sp *spooler) feed(d *Dispatcher) {
+func (sp *spooler) feed(l *lane) {
+	d := l.d
 	for {
-		for d.full() {
+		for l.full() {
 			select {
 			case <-sp.room:
 			case <-sp.feedCtx.Done():
@@ -230,7 +263,6 @@ func (sp *spooler) feed(d *Dispatcher) {
 		// disk, so reading them in this order cannot miss one in between.
 		if sp.active.Load() && sp.pending.Load() == 0 && sp.disk.depth() == 0 {
 			sp.active.Store(false)
-			sp.mFull.Set(0)
 			sp.log.Info("spool drained; events go straight to the sink again")
 		}
 		sp.mu.Unlock()
@@ -242,6 +274,7 @@ func (sp *spooler) feed(d *Dispatcher) {
 		case sp.freed <- struct{}{}:
 		default:
 		}
+		d.spoolEvents.Add(-1)
 		r, err := parseSpoolRecord(raw)
 		if err != nil {
 			// Cannot happen short of disk corruption; say so loudly.
@@ -249,8 +282,8 @@ func (sp *spooler) feed(d *Dispatcher) {
 			sp.log.Error("skipping a spool record that cannot be read", "bytes", len(raw), "err", err)
 			continue
 		}
-		d.enqueueMemory(r.item(sp.resource), false)
-		sp.gauges()
+		l.enqueueMemory(r.item(sp.resource), false)
+		d.spoolGauges()
 	}
 }
 
@@ -276,7 +309,8 @@ func (sp *spooler) roomMade() {
 // the entries still in memory (older than anything on disk), to a segment
 // read first on the next start. It returns how many entries it could not
 // keep.
-func (sp *spooler) shutdown(d *Dispatcher, left []*entry) (lost int) {
+func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
+	d := l.d
 	sp.stopFeed()
 	sp.inbox.close()
 	if sp.feedDone != nil { // started

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -106,7 +107,14 @@ func New(opt Options) (*App, error) {
 		if err != nil {
 			return nil, err
 		}
+		lanes := 0
+		for _, r := range cfg.Resources {
+			if slices.Contains(r.Sinks, sc.Name) {
+				lanes++
+			}
+		}
 		d := sinks.NewDispatcher(sc.Name, s, sinks.Options{
+			Lanes:        lanes,
 			Shards:       cfg.Dispatch.Shards,
 			BufferEvents: cfg.Dispatch.BufferEvents,
 			BufferBytes:  cfg.Dispatch.BufferBytes,

@@ -28,6 +28,14 @@ var (
 	}, []string{"sink", "op"})
 )
 
+// ResourceBlocked is 1 while a resource's writes to a sink fail, for
+// instance because its topic or stream does not exist. Its events wait in
+// its own lane (and spool) while the sink's other resources go on.
+var ResourceBlocked = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "kubewire_resource_blocked",
+	Help: "1 while writes of a resource's events to a sink fail; they wait, and other resources go on.",
+}, []string{"sink", "resource"})
+
 func init() {
-	Registry.MustRegister(SpoolBytes, SpoolEvents, SpoolFull, SpoolWritten, SpoolErrors)
+	Registry.MustRegister(SpoolBytes, SpoolEvents, SpoolFull, SpoolWritten, SpoolErrors, ResourceBlocked)
 }
