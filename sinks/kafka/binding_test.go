@@ -124,26 +124,3 @@ func TestStructuredModeFollowsTheKafkaBinding(t *testing.T) {
 	}
 	sameEvent(t, ev, got.Event)
 }
-
-func TestAReferenceEventNamesTheObjectAndIsMarked(t *testing.T) {
-	ev := mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "big", 9))
-	ref, err := kafka.ReferenceEvent(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ref.ID() != ev.ID() || ref.Extensions()[kafka.ExtPayload] != kafka.PayloadReference {
-		t.Errorf("reference event id %q ext %v; want id %q and payload=reference", ref.ID(), ref.Extensions()[kafka.ExtPayload], ev.ID())
-	}
-	var data map[string]any
-	if err := json.Unmarshal(ref.Data(), &data); err != nil {
-		t.Fatal(err)
-	}
-	md, _ := data["metadata"].(map[string]any)
-	if data["kind"] != "Widget" || data["apiVersion"] != "demo.kubewire.io/v1" || md["name"] != "big" ||
-		md["namespace"] != "team-a" || md["resourceVersion"] != "9" || md["uid"] != "uid-team-a-big" {
-		t.Errorf("reference data = %s", ref.Data())
-	}
-	if _, ok := ev.Extensions()[kafka.ExtPayload]; ok {
-		t.Error("ReferenceEvent modified the original event")
-	}
-}

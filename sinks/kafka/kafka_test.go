@@ -204,7 +204,7 @@ func TestAnOversizedEventFallsBackToAReferenceAndThePartitionKeepsFlowing(t *tes
 	var names []string
 	for _, ev := range evs {
 		n, _ := ev.Extensions()[encoding.ExtName].(string)
-		if p, _ := ev.Extensions()[kafka.ExtPayload].(string); p != "" {
+		if p, _ := ev.Extensions()[encoding.ExtPayload].(string); p != "" {
 			n += "(" + p + ")"
 		}
 		names = append(names, n)
