@@ -59,8 +59,11 @@ func ReferenceEvent(ev *event.Event) (*event.Event, error) {
 	}
 	c := ev.Clone()
 	c.SetExtension(ExtPayload, PayloadReference)
-	if err := c.SetData(event.ApplicationJSON, data); err != nil {
-		return nil, fmt.Errorf("reference data of event %s: %w", ev.ID(), err)
-	}
+	// The bytes are JSON already. SetData would mark []byte as binary, and
+	// structured mode would then send data_base64 under a datacontenttype
+	// of application/json, which consumers (Python's SDK) hand over as bytes.
+	c.SetDataContentType(event.ApplicationJSON)
+	c.DataEncoded = data
+	c.DataBase64 = false
 	return &c, nil
 }

@@ -34,3 +34,24 @@ func TestAReferenceEventNamesTheObjectAndIsMarked(t *testing.T) {
 		t.Error("ReferenceEvent modified the original event")
 	}
 }
+
+func TestAReferenceEventCarriesItsDataAsAPlainJSONObjectNeverAsBase64(t *testing.T) {
+	ev, err := encoding.Event(sinktest.Change(informer.OpUpdated, "team-a", "big", 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := encoding.ReferenceEvent(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref.DataContentType() != "application/json" || ref.DataBase64 {
+		t.Errorf("datacontenttype %q, base64 %v; want application/json and plain data", ref.DataContentType(), ref.DataBase64)
+	}
+	body, err := json.Marshal(ref) // the JSON event format, as structured mode sends it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data := sinktest.ReferenceData(t, true, body); data["name"] == nil && data["metadata"] == nil {
+		t.Errorf("the reference data does not name the object: %v", data)
+	}
+}

@@ -124,3 +124,22 @@ func TestStructuredModeFollowsTheKafkaBinding(t *testing.T) {
 	}
 	sameEvent(t, ev, got.Event)
 }
+
+func TestAReferenceEventRecordCarriesPlainJSONDataInBothContentModes(t *testing.T) {
+	ref, err := encoding.ReferenceEvent(mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "big", 9)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, structured := range []bool{false, true} {
+		m, err := kafka.EncodeMessage(ref, structured)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sinktest.ReferenceData(t, structured, m.Value)
+		got := decodeWithSDK(t, m)
+		if got.Event.DataBase64 {
+			t.Errorf("structured=%v: sdk-go's Kafka reader gets base64 data, want plain JSON", structured)
+		}
+		sameEvent(t, ref, got.Event)
+	}
+}
