@@ -6,33 +6,22 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	cetypes "github.com/cloudevents/sdk-go/v2/types"
+
+	"github.com/kubewire/kubewire/internal/shape"
 )
 
 // ExtPayload marks an event whose data is a reference to the object instead
 // of the object itself, because the full event was larger than the broker
-// accepts. Its value is PayloadReference.
+// accepts. Its value is PayloadReference, and the data has the shape of
+// that payload mode.
 const (
 	ExtPayload       = "payload"
-	PayloadReference = "reference"
+	PayloadReference = shape.PayloadReference
 )
 
-// referenceData is the data of a reference event: enough for a consumer to
-// GET the object at that resourceVersion from the API server.
-type referenceData struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Metadata   referenceMetadata `json:"metadata"`
-}
-
-type referenceMetadata struct {
-	Namespace       string `json:"namespace,omitempty"`
-	Name            string `json:"name"`
-	UID             string `json:"uid,omitempty"`
-	ResourceVersion string `json:"resourceVersion,omitempty"`
-}
-
-// ReferenceEvent returns a copy of ev whose data only names the object, and
-// that carries ExtPayload=reference. Every sink sends it in place of an
+// ReferenceEvent returns a copy of ev whose data only names the object, in
+// the shape of the reference payload mode (docs/events.md), and that carries
+// ExtPayload=reference. Every sink sends it in place of an
 // event its broker refuses as too large. The id stays: it is the same
 // change, and a consumer that deduplicates must treat it as such.
 // Everything it needs is in ev's extensions, so the object is not decoded
@@ -43,15 +32,16 @@ func ReferenceEvent(ev *event.Event) (*event.Event, error) {
 		s, _ := cetypes.Format(ext[name])
 		return s
 	}
-	ref := referenceData{
-		APIVersion: str(ExtAPIVersion),
-		Kind:       str(ExtKind),
-		Metadata: referenceMetadata{
-			Namespace:       str(ExtNamespace),
-			Name:            str(ExtName),
-			UID:             str(ExtUID),
-			ResourceVersion: str(ExtResourceVersion),
-		},
+	ref := shape.Reference{
+		APIVersion:      str(ExtAPIVersion),
+		Kind:            str(ExtKind),
+		Namespace:       str(ExtNamespace),
+		Name:            str(ExtName),
+		UID:             str(ExtUID),
+		ResourceVersion: str(ExtResourceVersion),
+	}
+	if ref.Name == "" || ref.UID == "" {
+		return nil, fmt.Errorf("event %s names no object, so it has no reference event", ev.ID())
 	}
 	data, err := json.Marshal(ref)
 	if err != nil {
