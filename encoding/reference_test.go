@@ -61,7 +61,7 @@ func TestAClusterScopedObjectsReferenceHasNoNamespace(t *testing.T) {
 
 func TestASnapshotMarkerHasNoReferenceEvent(t *testing.T) {
 	c := sinktest.Change(informer.OpSnapshotCompleted, "", "", 0)
-	c.Object, c.SnapshotID = nil, "s1"
+	c.Object, c.Key, c.SnapshotID = nil, sinktest.Resource.KeyPrefix, "s1"
 	ev, err := encoding.Event(c)
 	if err != nil {
 		t.Fatal(err)

@@ -406,7 +406,7 @@ func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.E
 			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
 			ref, rerr := s.referenceMessage(events[i])
 			if rerr != nil {
-				return sinks.Permanent(rerr)
+				return sinks.Permanent(fmt.Errorf("nats: publish event %s to %q: %w, and %w", events[i].ID(), m.Subject, err, rerr))
 			}
 			if err = nc.PublishMsg(ref); err == nil {
 				s.sentReference(events[i], m)
@@ -500,7 +500,7 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 				ready = append([]int{i}, ready...)
 				return
 			}
-			err = rerr
+			err = fmt.Errorf("%w, and %w", err, rerr) // still too large: permanent
 		}
 		if !isTooLarge(err) {
 			permanent = false
@@ -657,14 +657,13 @@ func (s *Sink) Close(ctx context.Context) error {
 // large. An error is permanent: retrying cannot make it smaller.
 func (s *Sink) referenceMessage(ev *event.Event) (*natsgo.Msg, error) {
 	ref, err := encoding.ReferenceEvent(ev)
-	if err != nil {
-		return nil, fmt.Errorf("nats: event %s is too large, and: %w", ev.ID(), err)
+	if err == nil {
+		var m *natsgo.Msg
+		if m, err = s.message(ref); err == nil {
+			return m, nil
+		}
 	}
-	m, err := s.message(ref)
-	if err != nil {
-		return nil, fmt.Errorf("nats: reference event %s: %w", ev.ID(), err)
-	}
-	return m, nil
+	return nil, fmt.Errorf("no reference event: %w", err)
 }
 
 // sentReference counts and logs an event that went out as its reference

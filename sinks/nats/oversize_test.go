@@ -271,3 +271,33 @@ func TestAnEventWhoseReferenceIsTooLargeTooFailsPermanentlyAndIsCountedAsDropped
 		})
 	}
 }
+
+func TestAnOversizedEventWithoutAReferenceEventFailsPermanentlyRatherThanForever(t *testing.T) {
+	for _, mode := range []string{config.NATSModeCore, config.NATSModeJetStream} {
+		t.Run(mode, func(t *testing.T) {
+			b := startSmallBroker(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cfg := b.sinkConfig(mode)
+			cfg.Subject = "marker.{resource}.{namespace}.{name}"
+			if mode == config.NATSModeJetStream {
+				cfg.JetStream = &config.NATSJetStream{MaxPending: 16, Stream: &config.NATSStream{Name: "MARKER"}}
+			}
+			s := newSink(t, "marker-"+mode, cfg)
+			if err := s.Connect(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(ctx)
+			// A snapshot marker names no object, so it has no reference.
+			c := sinktest.Change(informer.OpSnapshotStarted, "", "", 0)
+			c.Object, c.Key, c.SnapshotID = nil, sinktest.Resource.KeyPrefix, strings.Repeat("s", 2*maxPayload)
+			ev, err := encoding.Event(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Write(ctx, []*event.Event{ev}); !errors.Is(err, sinks.ErrPermanent) {
+				t.Fatalf("Write = %.300v...; want a permanent failure", err)
+			}
+		})
+	}
+}
