@@ -34,8 +34,17 @@ var (
 		Name: "kubewire_nats_pending_acks",
 		Help: "JetStream publishes awaiting their PubAck, by sink.",
 	}, []string{"sink"})
+
+	// NATSOversized counts events too large for the server's max_payload or
+	// the stream's max_msg_size, by what happened next: reference (sent
+	// again as a reference event) or dropped (even the reference was too
+	// large).
+	NATSOversized = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_nats_oversized_events_total",
+		Help: "Events too large for NATS, by sink and action (reference: sent as a reference event; dropped).",
+	}, []string{"sink", "action"})
 )
 
 func init() {
-	Registry.MustRegister(NATSPublishErrors, NATSDuplicates, NATSConnectionEvents, NATSPendingAcks)
+	Registry.MustRegister(NATSPublishErrors, NATSDuplicates, NATSConnectionEvents, NATSPendingAcks, NATSOversized)
 }

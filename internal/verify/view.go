@@ -42,6 +42,9 @@ type View struct {
 	// Unmatched counts completed markers whose started marker was not seen,
 	// which is normal on a compacted topic; their snapshot rule is skipped.
 	Unmatched int
+	// Incomplete counts completed markers that said some records of their
+	// snapshot were not delivered; they prune nothing.
+	Incomplete int
 }
 
 type window struct {
@@ -82,6 +85,12 @@ func (v *View) Apply(ev *event.Event) {
 			return
 		}
 		delete(v.open, sid)
+		if _, incomplete := ev.Extensions()[encoding.ExtIncomplete]; incomplete {
+			// Some records were not delivered: a key without an event
+			// since started may be one of them, and is live.
+			v.Incomplete++
+			return
+		}
 		for k := range v.objects[w.resource] {
 			if !w.touched[k] {
 				delete(v.objects[w.resource], k)
@@ -148,6 +157,7 @@ func Merge(vs ...*View) *View {
 		}
 		out.Problems = append(out.Problems, v.Problems...)
 		out.Unmatched += v.Unmatched
+		out.Incomplete += v.Incomplete
 		out.Events += v.Events
 		out.Duplicates += v.Duplicates
 	}

@@ -66,3 +66,59 @@ func TestDiffNamesMissingStaleAndExtraKeys(t *testing.T) {
 		t.Fatalf("diff %v", d)
 	}
 }
+
+func TestACompletedMarkerThatSaysTheSnapshotIsIncompleteRemovesNothing(t *testing.T) {
+	v := verify.NewView()
+	done := ev(encoding.TypeSnapshotCompleted, "cm", "", "s1")
+	done.SetExtension(encoding.ExtIncomplete, "1")
+	for _, e := range []*event.Event{
+		ev(encoding.TypeAdded, "cm/ns/live-but-undelivered", "1", ""),
+		ev(encoding.TypeAdded, "cm/ns/kept", "2", ""),
+		ev(encoding.TypeSnapshotStarted, "cm", "", "s1"),
+		ev(encoding.TypeSynced, "cm/ns/kept", "2", "s1"),
+		// The record of live-but-undelivered could not be delivered, and
+		// the marker says so: pruning now would delete a live object.
+		done,
+	} {
+		v.Apply(e)
+	}
+	if d := v.Diff("cm", map[string]string{"cm/ns/live-but-undelivered": "1", "cm/ns/kept": "2"}); len(d) != 0 {
+		t.Fatalf("an incomplete snapshot pruned the view: %v", d)
+	}
+	if v.Incomplete != 1 {
+		t.Errorf("Incomplete = %d, want 1", v.Incomplete)
+	}
+
+	// The next complete snapshot prunes as usual, and the window of the
+	// incomplete one is closed: it does not linger in the view.
+	for _, e := range []*event.Event{
+		ev(encoding.TypeSnapshotStarted, "cm", "", "s2"),
+		ev(encoding.TypeSynced, "cm/ns/kept", "2", "s2"),
+		ev(encoding.TypeSnapshotCompleted, "cm", "", "s2"),
+	} {
+		v.Apply(e)
+	}
+	if d := v.Diff("cm", map[string]string{"cm/ns/kept": "2"}); len(d) != 0 {
+		t.Fatalf("a complete snapshot after an incomplete one did not prune: %v", d)
+	}
+}
+
+func TestAnyValueOfIncompleteKeepsTheSnapshotFromPruning(t *testing.T) {
+	// Consumers check whether the extension is there, not what it says: a
+	// value that does not parse, or says 0, must not cost a live object.
+	for _, value := range []string{"0", "some"} {
+		v := verify.NewView()
+		done := ev(encoding.TypeSnapshotCompleted, "cm", "", "s1")
+		done.SetExtension(encoding.ExtIncomplete, value)
+		for _, e := range []*event.Event{
+			ev(encoding.TypeAdded, "cm/ns/live", "1", ""),
+			ev(encoding.TypeSnapshotStarted, "cm", "", "s1"),
+			done,
+		} {
+			v.Apply(e)
+		}
+		if d := v.Diff("cm", map[string]string{"cm/ns/live": "1"}); len(d) != 0 {
+			t.Errorf("incomplete=%q: the snapshot pruned: %v", value, d)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package kafka
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -123,59 +122,4 @@ func EncodeMessage(ev *event.Event, structured bool) (kafkago.Message, error) {
 		m.Key = []byte(s)
 	}
 	return m, nil
-}
-
-// ExtPayload marks an event whose data is a reference to the object instead
-// of the object itself, because the full event was larger than the broker
-// accepts. Its value is PayloadReference.
-const (
-	ExtPayload       = "payload"
-	PayloadReference = "reference"
-)
-
-// referenceData is the data of a reference event: enough for a consumer to
-// GET the object at that resourceVersion from the API server.
-type referenceData struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Metadata   referenceMetadata `json:"metadata"`
-}
-
-type referenceMetadata struct {
-	Namespace       string `json:"namespace,omitempty"`
-	Name            string `json:"name"`
-	UID             string `json:"uid,omitempty"`
-	ResourceVersion string `json:"resourceVersion,omitempty"`
-}
-
-// ReferenceEvent returns a copy of ev whose data only names the object, and
-// that carries ExtPayload=reference. The id stays: it is the same change,
-// and a consumer that deduplicates must treat it as such. Everything it
-// needs is in ev's extensions, so the object is not decoded again.
-func ReferenceEvent(ev *event.Event) (*event.Event, error) {
-	ext := ev.Extensions()
-	str := func(name string) string {
-		s, _ := types.Format(ext[name])
-		return s
-	}
-	ref := referenceData{
-		APIVersion: str(encoding.ExtAPIVersion),
-		Kind:       str(encoding.ExtKind),
-		Metadata: referenceMetadata{
-			Namespace:       str(encoding.ExtNamespace),
-			Name:            str(encoding.ExtName),
-			UID:             str(encoding.ExtUID),
-			ResourceVersion: str(encoding.ExtResourceVersion),
-		},
-	}
-	data, err := json.Marshal(ref)
-	if err != nil {
-		return nil, fmt.Errorf("reference data of event %s: %w", ev.ID(), err)
-	}
-	c := ev.Clone()
-	c.SetExtension(ExtPayload, PayloadReference)
-	if err := c.SetData(event.ApplicationJSON, data); err != nil {
-		return nil, fmt.Errorf("reference data of event %s: %w", ev.ID(), err)
-	}
-	return &c, nil
 }

@@ -64,7 +64,7 @@ func TestE2EAnOversizedEventFallsBackToAReferenceOnRealKafka(t *testing.T) {
 	var names []string
 	for _, ev := range decodeRecords(t, readTopic(context.Background(), t, b.Addr, widgetTopic(prefix))) {
 		n, _ := ev.Extensions()[encoding.ExtName].(string)
-		if p, _ := ev.Extensions()[kafka.ExtPayload].(string); p != "" {
+		if p, _ := ev.Extensions()[encoding.ExtPayload].(string); p != "" {
 			n += "(" + p + ")"
 		}
 		names = append(names, n)

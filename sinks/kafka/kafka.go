@@ -548,7 +548,7 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, acked *[]ac
 			*acked = append(*acked, ackKey{r.src, g.p, r.kind})
 			continue
 		}
-		ref, rerr := ReferenceEvent(r.ev)
+		ref, rerr := encoding.ReferenceEvent(r.ev)
 		if rerr != nil {
 			return sinks.Permanent(rerr)
 		}

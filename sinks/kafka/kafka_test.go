@@ -179,41 +179,50 @@ func TestSnapshotMarkersGoToEveryPartitionAndObjectsToTheirKeysPartition(t *test
 }
 
 func TestAnOversizedEventFallsBackToAReferenceAndThePartitionKeepsFlowing(t *testing.T) {
-	f := startFake(t)
-	s, prefix := newSink(t, f.addr(), 1, nil)
-	// Create the topic with a small limit before the sink does.
-	c := &kafkago.Client{Addr: kafkago.TCP(f.addr()), Timeout: 10 * time.Second}
-	res, err := c.CreateTopics(context.Background(), &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{{
-		Topic: widgetTopic(prefix), NumPartitions: 1, ReplicationFactor: 1,
-		ConfigEntries: []kafkago.ConfigEntry{{ConfigName: "max.message.bytes", ConfigValue: "4000"}},
-	}}})
-	if err != nil || res.Errors[widgetTopic(prefix)] != nil {
-		t.Fatalf("create topic: %v %v", err, res.Errors)
-	}
-	connect(t, s)
+	for _, mode := range []string{config.ContentModeBinary, config.ContentModeStructured} {
+		t.Run(mode, func(t *testing.T) {
+			f := startFake(t)
+			s, prefix := newSink(t, f.addr(), 1, func(k *config.KafkaSink) { k.ContentMode = mode })
+			// Create the topic with a small limit before the sink does.
+			c := &kafkago.Client{Addr: kafkago.TCP(f.addr()), Timeout: 10 * time.Second}
+			res, err := c.CreateTopics(context.Background(), &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{{
+				Topic: widgetTopic(prefix), NumPartitions: 1, ReplicationFactor: 1,
+				ConfigEntries: []kafkago.ConfigEntry{{ConfigName: "max.message.bytes", ConfigValue: "4000"}},
+			}}})
+			if err != nil || res.Errors[widgetTopic(prefix)] != nil {
+				t.Fatalf("create topic: %v %v", err, res.Errors)
+			}
+			connect(t, s)
 
-	big := sinktest.Change(informer.OpUpdated, "team-a", "big", 2)
-	big.Object.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
-	before := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference"))
-	write(t, s,
-		sinktest.Change(informer.OpUpdated, "team-a", "small-1", 1),
-		big,
-		sinktest.Change(informer.OpUpdated, "team-a", "small-2", 3),
-	)
-	evs := decodeRecords(t, readTopic(context.Background(), t, f.addr(), widgetTopic(prefix)))
-	var names []string
-	for _, ev := range evs {
-		n, _ := ev.Extensions()[encoding.ExtName].(string)
-		if p, _ := ev.Extensions()[kafka.ExtPayload].(string); p != "" {
-			n += "(" + p + ")"
-		}
-		names = append(names, n)
-	}
-	if got, want := strings.Join(names, ","), "small-1,big(reference),small-2"; got != want {
-		t.Errorf("the topic holds %s, want %s", got, want)
-	}
-	if d := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference")) - before; d != 1 {
-		t.Errorf("kubewire_kafka_oversized_events_total{action=reference} grew by %v, want 1", d)
+			big := sinktest.Change(informer.OpUpdated, "team-a", "big", 2)
+			big.Object.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
+			before := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference"))
+			write(t, s,
+				sinktest.Change(informer.OpUpdated, "team-a", "small-1", 1),
+				big,
+				sinktest.Change(informer.OpUpdated, "team-a", "small-2", 3),
+			)
+			records := readTopic(context.Background(), t, f.addr(), widgetTopic(prefix))
+			evs := decodeRecords(t, records)
+			var names []string
+			for i, ev := range evs {
+				n, _ := ev.Extensions()[encoding.ExtName].(string)
+				if p, _ := ev.Extensions()[encoding.ExtPayload].(string); p != "" {
+					n += "(" + p + ")"
+					if ev.ID() != mustEvent(t, big).ID() {
+						t.Errorf("the reference event has id %s, want the full event's %s", ev.ID(), mustEvent(t, big).ID())
+					}
+					sinktest.ReferenceData(t, mode == config.ContentModeStructured, records[i].value)
+				}
+				names = append(names, n)
+			}
+			if got, want := strings.Join(names, ","), "small-1,big(reference),small-2"; got != want {
+				t.Errorf("the topic holds %s, want %s", got, want)
+			}
+			if d := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference")) - before; d != 1 {
+				t.Errorf("kubewire_kafka_oversized_events_total{action=reference} grew by %v, want 1", d)
+			}
+		})
 	}
 }
 

@@ -364,7 +364,7 @@ func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 		return err
 	}
 	if js == nil {
-		return s.writeCore(ctx, nc, msgs)
+		return s.writeCore(ctx, nc, events, msgs)
 	}
 	return s.writeJetStream(ctx, js, events, msgs)
 }
@@ -394,15 +394,34 @@ func (s *Sink) message(ev *event.Event) (*natsgo.Msg, error) {
 // received them (no subscriber, a slow consumer or a server crash all lose
 // them silently). That is at most once, and this mode is for automation that
 // prefers latency to completeness. What the client can see — a closed
-// connection, a full reconnect buffer, an oversized message, a flush that
-// does not complete — is returned, so the dispatcher retries it (possibly
-// repeating messages that sat in the reconnect buffer; they keep their ids).
-func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, msgs []*natsgo.Msg) error {
-	for _, m := range msgs {
-		if err := nc.PublishMsg(m); err != nil {
+// connection, a full reconnect buffer, a flush that does not complete — is
+// returned, so the dispatcher retries it (possibly repeating messages that
+// sat in the reconnect buffer; they keep their ids). A message larger than
+// the server's max_payload is sent as its reference event instead; only a
+// reference that is too large as well fails, permanently.
+func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.Event, msgs []*natsgo.Msg) error {
+	for i, m := range msgs {
+		err := nc.PublishMsg(m)
+		if isTooLarge(err) {
 			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
-			err = fmt.Errorf("nats: publish to %q: %w", m.Subject, err)
-			if errors.Is(err, natsgo.ErrMaxPayload) {
+			ref, rerr := s.referenceMessage(events[i])
+			if rerr != nil {
+				return sinks.Permanent(fmt.Errorf("nats: publish event %s to %q: %w, and %w", events[i].ID(), m.Subject, err, rerr))
+			}
+			if err = nc.PublishMsg(ref); err == nil {
+				s.sentReference(events[i], m)
+				continue
+			}
+			m = ref
+			if isTooLarge(err) {
+				metrics.NATSOversized.WithLabelValues(s.name, "dropped").Inc()
+				err = fmt.Errorf("even as a reference (%d bytes): %w", msgSize(ref), err)
+			}
+		}
+		if err != nil {
+			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+			err = fmt.Errorf("nats: publish event %s to %q: %w", events[i].ID(), m.Subject, err)
+			if isTooLarge(err) {
 				return sinks.Permanent(err)
 			}
 			return err
@@ -435,6 +454,13 @@ func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, msgs []*natsgo.Ms
 // After the first failure nothing new is published; what is in flight is
 // awaited (each resolves by ack, error, disconnect or the publish timeout),
 // and the error is returned for the dispatcher to retry the batch.
+//
+// Too large. A message refused as too large (by the client, against the
+// server's max_payload, or by the stream, against its max_msg_size) is not a
+// failure: its reference event takes its place, published next with the
+// same Nats-Msg-Id. Nothing newer of its key was sent meanwhile, so the
+// key's order holds. Only a reference that is refused too is a failure, and
+// a permanent one.
 func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, events []*event.Event, msgs []*natsgo.Msg) error {
 	// Each key's messages, in order; keys in order of first appearance.
 	var keys []string
@@ -454,16 +480,34 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 	keyOf := func(i int) string { k, _ := events[i].Extensions()[encoding.ExtPartitionKey].(string); return k }
 
 	// Buffered for every message, so the ack callbacks never block even
-	// after this Write has returned.
+	// after this Write has returned. An event has at most one message
+	// outstanding (its reference is published only after the full event's
+	// result was taken), so one slot per event is enough.
 	results := make(chan result, len(msgs))
 	inFlight, acked := 0, 0
 	var failures []error
 	permanent := true
+	// full holds the refused full message of an event whose reference
+	// replaced it in msgs.
+	full := map[int]*natsgo.Msg{}
 
 	fail := func(i int, err error) {
 		metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+		if _, ok := full[i]; !ok && isTooLarge(err) {
+			ref, rerr := s.referenceMessage(events[i])
+			if rerr == nil {
+				full[i], msgs[i] = msgs[i], ref
+				ready = append([]int{i}, ready...)
+				return
+			}
+			err = fmt.Errorf("%w, and %w", err, rerr) // still too large: permanent
+		}
 		if !isTooLarge(err) {
 			permanent = false
+		}
+		if _, ok := full[i]; ok && isTooLarge(err) {
+			metrics.NATSOversized.WithLabelValues(s.name, "dropped").Inc()
+			err = fmt.Errorf("even as a reference (%d bytes): %w", msgSize(msgs[i]), err)
 		}
 		failures = append(failures, fmt.Errorf("event %s to %q: %w", events[i].ID(), msgs[i].Subject, err))
 	}
@@ -474,6 +518,9 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 			return
 		}
 		acked++
+		if m, ok := full[r.index]; ok {
+			s.sentReference(events[r.index], m)
+		}
 		if r.ack.Duplicate {
 			metrics.NATSDuplicates.WithLabelValues(s.name).Inc()
 		}
@@ -603,6 +650,42 @@ func (s *Sink) Close(ctx context.Context) error {
 		return fmt.Errorf("nats: flush on close: %w", err)
 	}
 	return nil
+}
+
+// referenceMessage is the message of ev's reference event
+// (encoding.ReferenceEvent), which takes the place of ev when ev is too
+// large. An error is permanent: retrying cannot make it smaller.
+func (s *Sink) referenceMessage(ev *event.Event) (*natsgo.Msg, error) {
+	ref, err := encoding.ReferenceEvent(ev)
+	if err == nil {
+		var m *natsgo.Msg
+		if m, err = s.message(ref); err == nil {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("no reference event: %w", err)
+}
+
+// sentReference counts and logs an event that went out as its reference
+// event because its full message was too large. The log names the event,
+// never its data.
+func (s *Sink) sentReference(ev *event.Event, full *natsgo.Msg) {
+	metrics.NATSOversized.WithLabelValues(s.name, "reference").Inc()
+	pk, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+	s.log.Warn("event too large for NATS; sent a reference to the object instead",
+		"id", ev.ID(), "partitionkey", pk, "subject", full.Subject, "bytes", msgSize(full))
+}
+
+// msgSize is about what a message counts against max_payload: its data and
+// headers.
+func msgSize(m *natsgo.Msg) int {
+	n := len(m.Data)
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 func isTooLarge(err error) bool {
