@@ -43,7 +43,9 @@ import (
 // another is a duplicate, and the loop never has more than one sequence
 // range in doubt. Records that a resent batch got acknowledged are not sent
 // again when the dispatcher's retry of their Write reaches the loop (the
-// retry starts with them, see partition.skipResolved).
+// retry starts with them, see partition.skipResolved). A batch whose every
+// copy the broker refused outright (not the leader, say) is in no doubt: it
+// is dropped, and its sequence goes to the next batch.
 //
 // The loop moves to a new epoch, at sequence 0, only when a pending batch
 // cannot go out unchanged: the broker refused it as too large after an
@@ -219,15 +221,35 @@ func encodeIdempotent(recs []kafkago.Record, codec kafkago.Compression, p produc
 
 // pending is a stamped batch whose outcome the partition does not know: no
 // answer came, or the broker answered with an error that leaves it free to
-// have appended the batch (REQUEST_TIMED_OUT,
-// NOT_ENOUGH_REPLICAS_AFTER_APPEND), or one after which a copy sent earlier
-// may still be in its queue. It is resent unchanged until the broker says
-// what became of it.
+// have appended the batch (see refused), or refused a copy while one sent
+// earlier may still be in its queue. It is resent unchanged until the
+// broker says what became of it.
 type pending struct {
 	records []record
 	raw     []byte
 	// sends counts the copies sent so far.
 	sends int
+	// doubt is set once a copy got no answer, or one that allows the batch
+	// to be in the log. Until then every copy was refused outright.
+	doubt bool
+}
+
+// refused reports whether err is the broker's answer for a batch it did not
+// append: it checks a batch before it appends it, and answers those errors
+// then. Request timed out (acks=all gave up waiting for the replicas after
+// the leader appended), not enough replicas after append, a storage error
+// and an unknown error leave the batch possibly in the log, as does no
+// answer at all.
+func refused(err error) bool {
+	var ke kafkago.Error
+	if !errors.As(err, &ke) {
+		return false
+	}
+	switch ke {
+	case kafkago.RequestTimedOut, kafkago.NotEnoughReplicasAfterAppend, kafkago.KafkaStorageError, kafkago.Unknown:
+		return false
+	}
+	return true
 }
 
 // recordKey names a record within one partition: the event it stands for
@@ -313,14 +335,6 @@ func (p *partition) sendPending() error {
 	case err == nil:
 		p.pending = nil
 		p.producer.sent(len(pd.records))
-	case isTooLarge(err):
-		// This copy was refused, so it is not in the log, and its records
-		// go out again split, as other batches. If an earlier copy's fate
-		// is unknown, those must not share its epoch.
-		p.pending = nil
-		if pd.sends > 1 {
-			p.producer.failed()
-		}
 	case errors.Is(err, kafkago.OutOfOrderSequenceNumber) || errors.Is(err, kafkago.UnknownProducerId):
 		// The broker holds something else for this producer than what it
 		// acknowledged: it lost acknowledged records (an unclean leader
@@ -341,9 +355,24 @@ func (p *partition) sendPending() error {
 			"topic", p.topic, "partition", p.id, "producerId", p.producer.id, "epoch", p.producer.epoch, "err", err)
 		p.pending = nil
 		p.producer = producer{}
+	case !refused(err):
+		// No answer, or one that allows the batch to be in the log: it
+		// stays pending.
+		pd.doubt = true
+	case !pd.doubt:
+		// Every copy was refused outright, so none is in the log or on its
+		// way there. The batch is dropped, and its sequence goes to the
+		// next one; the Writes' retry sends its records again (split, if
+		// they were too large).
+		p.pending = nil
+	case isTooLarge(err):
+		// Its records must go out split, in other batches, while an
+		// earlier copy's fate is unknown: those batches get a new epoch,
+		// which fences that copy.
+		p.pending = nil
+		p.producer.failed()
 	}
-	// Anything else leaves the batch pending: no answer, an answer that
-	// allows the batch to be in the log, or a refusal of this copy while an
-	// earlier one may still be in the broker's queue.
+	// A refusal of this copy while an earlier one's fate is unknown leaves
+	// the batch pending too.
 	return err
 }

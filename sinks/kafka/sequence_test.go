@@ -152,6 +152,53 @@ func TestABatchWhoseFateIsUnknownGoesOutAgainByteForByte(t *testing.T) {
 	}
 }
 
+// What the partition sends after a failed request, while the Write that
+// held it has not come back (the dispatcher backs off): a batch the broker
+// may have appended goes out again first, unchanged; a batch the broker
+// refused outright (NOT_LEADER_OR_FOLLOWER is answered before anything is
+// appended) is not resent, and the next batch takes its sequence in the
+// same epoch.
+func TestOnlyABatchThatMayBeInTheLogIsResentBeforeTheNextOne(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		code int16
+		want string
+	}{
+		{"REQUEST_TIMED_OUT leaves a/2 possibly appended, so it goes out again first.", 7, "warm-up/1,a/2,b/3"},
+		{"NOT_LEADER_OR_FOLLOWER refused a/2, so b/3 goes out alone.", 6, "warm-up/1,b/3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := startFake(t)
+			s, prefix, _ := newLoggedSink(t, f.addr(), nil)
+			connect(t, s)
+			write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1))
+			topic := widgetTopic(prefix)
+			id, epoch, seq, _ := kafka.ProducerState(s, topic, 0)
+
+			f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				return produceAnswer(req, c.code), nil, true
+			})
+			a2 := []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
+			if err := s.Write(context.Background(), a2); err == nil {
+				t.Fatal("a Write the broker refused reported success")
+			}
+			write(t, s, sinktest.Change(informer.OpUpdated, "team-a", "b", 3))
+			if got := names(t, f.addr(), topic); got != c.want {
+				t.Errorf("the partition holds %s, want %s", got, c.want)
+			}
+			id2, epoch2, _, _ := kafka.ProducerState(s, topic, 0)
+			if id2 != id || epoch2 != epoch {
+				t.Errorf("producer %d epoch %d, want %d epoch %d: nothing was given up", id2, epoch2, id, epoch)
+			}
+			if c.code == 6 {
+				if _, _, seq2, _ := kafka.ProducerState(s, topic, 0); seq2 != seq+1 {
+					t.Errorf("sequence %d after b/3, want %d: b/3 takes the refused batch's sequence", seq2, seq+1)
+				}
+			}
+		})
+	}
+}
+
 // A broker that answers DUPLICATE_SEQUENCE_NUMBER (as brokers before
 // Kafka 1.0 do for a copy they already hold) has the batch: the Write
 // succeeds, and the producer goes on after it in the same epoch.
