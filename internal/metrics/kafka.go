@@ -37,6 +37,24 @@ var (
 		Buckets: prometheus.ExponentialBuckets(1, 4, 7),
 	}, []string{"sink"})
 
+	// KafkaProduceResends counts produce requests sent again, byte for
+	// byte with the same producer id, epoch and sequence, because the
+	// answer to an earlier copy never came. The broker appends such a
+	// request once, however many copies it gets.
+	KafkaProduceResends = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_kafka_produce_resends_total",
+		Help: "Kafka produce requests resent unchanged, for the broker to deduplicate, after an earlier copy's answer was lost, by sink.",
+	}, []string{"sink"})
+
+	// KafkaSequenceErrors counts batches the broker refused because their
+	// sequence did not follow what it holds of the producer:
+	// out_of_order_sequence_number or unknown_producer_id. Either can mean
+	// that the broker lost records it had acknowledged.
+	KafkaSequenceErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_kafka_producer_sequence_errors_total",
+		Help: "Kafka batches refused for their idempotent producer sequence (possible data loss on the broker), by sink and error.",
+	}, []string{"sink", "error"})
+
 	// KafkaProduceSeconds observes produce round trips.
 	KafkaProduceSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kubewire_kafka_produce_seconds",
@@ -46,5 +64,6 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(KafkaProduceRequests, KafkaRecords, KafkaOversized, KafkaBatchRecords, KafkaProduceSeconds)
+	Registry.MustRegister(KafkaProduceRequests, KafkaRecords, KafkaOversized, KafkaBatchRecords, KafkaProduceSeconds,
+		KafkaProduceResends, KafkaSequenceErrors)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -195,60 +196,85 @@ func TestE2EKubewireAndJavasProducerPickTheSamePartition(t *testing.T) {
 	}
 }
 
-// A request that failed moves the partition's producer to a new epoch; a copy
-// of the failed batch that reaches the real broker afterwards (as one held in
-// its request queue would) is refused, and the partition keeps flowing.
-func TestE2ERealKafkaRefusesABatchFromAnEpochKubewireLeft(t *testing.T) {
+// rawProduce sends a record batch stamped by the test, as a copy of one of
+// kubewire's requests that reaches the broker late would arrive.
+func rawProduce(t *testing.T, addr, topic string, value string, records int, id int64, epoch int16, seq int32) error {
+	t.Helper()
+	var recs []kafkago.Record
+	for range records {
+		recs = append(recs, kafkago.Record{Key: kafkago.NewBytes([]byte("k")), Value: kafkago.NewBytes([]byte(value))})
+	}
+	raw, err := kafka.EncodeIdempotent(recs, id, epoch, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &kafkago.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafkago.Client{Addr: kafkago.TCP(addr), Timeout: 20 * time.Second, Transport: tr}
+	res, err := c.RawProduce(context.Background(), &kafkago.RawProduceRequest{Topic: topic, Partition: 0,
+		RequiredAcks: kafkago.RequireAll, RawRecords: protocol.RawRecordSet{Reader: bytes.NewReader(raw)}})
+	if err != nil {
+		t.Fatalf("RawProduce: %v", err)
+	}
+	return res.Error
+}
+
+// The real broker holds more under kubewire's producer than it
+// acknowledged to kubewire (here the test appends a batch under kubewire's
+// producer id, as a broker whose state diverged would hold one), so it
+// refuses kubewire's next batch with OUT_OF_ORDER_SEQUENCE_NUMBER. kubewire
+// counts that as a sequence error, moves to a new epoch, and its retry
+// lands; a batch of the epoch it left is then refused with
+// INVALID_PRODUCER_EPOCH.
+func TestE2ERealKafkaRefusesAnUnexpectedSequenceAndKubewireMovesToAnEpochThatFencesTheOld(t *testing.T) {
 	b := kafkatest.Start(t, nil)
 	s, prefix := newSink(t, b.Addr, 1, nil)
 	topic := widgetTopic(prefix)
-	createTopic(t, b.Addr, topic, 1, map[string]string{"max.message.bytes": "4000"})
+	createTopic(t, b.Addr, topic, 1, nil)
 	connect(t, s)
 	write(t, s, sinktest.Change(informer.OpUpdated, "team-a", "small-1", 1))
 	id, epoch, seq, ok := kafka.ProducerState(s, topic, 0)
 	if !ok {
 		t.Fatal("the partition has no idempotent producer after a Write")
 	}
-
-	// Refused as too large, the first request fails and the partition moves
-	// on to a new epoch before it sends the reference.
-	big := sinktest.Change(informer.OpUpdated, "team-a", "big", 2)
-	big.Object.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
-	write(t, s, big)
-	if _, e, _, _ := kafka.ProducerState(s, topic, 0); e <= epoch {
-		t.Fatalf("epoch after a failed request = %d, want more than %d", e, epoch)
+	if err := rawProduce(t, b.Addr, topic, "other", 2, id, epoch, seq); err != nil {
+		t.Fatalf("the broker refused the batch the test appends under kubewire's producer: %v", err)
 	}
 
-	stale, err := kafka.EncodeIdempotent([]kafkago.Record{{Key: kafkago.NewBytes([]byte("k")),
-		Value: kafkago.NewBytes([]byte("stale"))}}, id, epoch, seq)
-	if err != nil {
-		t.Fatal(err)
+	before := testutil.ToFloat64(metrics.KafkaSequenceErrors.WithLabelValues("kafka-test", "out_of_order_sequence_number"))
+	evs := []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "small-2", 2))}
+	err := s.Write(context.Background(), evs)
+	if !errors.Is(err, kafkago.OutOfOrderSequenceNumber) {
+		t.Fatalf("a Write at a sequence the broker does not expect returned %v, want %v", err, kafkago.OutOfOrderSequenceNumber)
 	}
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	c := &kafkago.Client{Addr: kafkago.TCP(b.Addr), Timeout: 20 * time.Second, Transport: tr}
-	res, err := c.RawProduce(context.Background(), &kafkago.RawProduceRequest{Topic: topic, Partition: 0,
-		RequiredAcks: kafkago.RequireAll, RawRecords: protocol.RawRecordSet{Reader: bytes.NewReader(stale)}})
+	if d := testutil.ToFloat64(metrics.KafkaSequenceErrors.WithLabelValues("kafka-test", "out_of_order_sequence_number")) - before; d != 1 {
+		t.Errorf("kubewire_kafka_producer_sequence_errors_total{error=out_of_order_sequence_number} grew by %v, want 1", d)
+	}
+	if _, e, sq, _ := kafka.ProducerState(s, topic, 0); e != epoch+1 || sq != 0 {
+		t.Errorf("epoch %d sequence %d after the sequence error, want epoch %d at sequence 0", e, sq, epoch+1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Write(ctx, evs); err != nil {
+		t.Fatalf("the retry under the new epoch failed: %v", err)
+	}
+
+	err = rawProduce(t, b.Addr, topic, "stale", 1, id, epoch, seq+2)
 	switch {
-	case err != nil:
-		t.Fatalf("RawProduce: %v", err)
-	case res.Error == nil:
+	case err == nil:
 		t.Error("the broker appended a batch of an epoch the producer had left")
-	case !errors.Is(res.Error, kafkago.InvalidProducerEpoch):
-		t.Errorf("the broker refused the stale batch with %v, want %v", res.Error, kafkago.InvalidProducerEpoch)
+	case !errors.Is(err, kafkago.InvalidProducerEpoch):
+		t.Errorf("the broker refused the stale batch with %v, want %v", err, kafkago.InvalidProducerEpoch)
 	}
-
-	write(t, s, sinktest.Change(informer.OpUpdated, "team-a", "small-2", 3))
 	var got []string
 	for _, r := range readTopic(context.Background(), t, b.Addr, topic) {
-		got = append(got, string(r.value[:min(len(r.value), 5)]))
-	}
-	for _, v := range got {
-		if v == "stale" {
-			t.Errorf("the stale batch is in the partition: %q", got)
+		if string(r.key) == "k" {
+			got = append(got, string(r.value))
+		} else {
+			got = append(got, string(r.headers["ce_name"]))
 		}
 	}
-	if len(got) != 3 {
-		t.Errorf("the partition holds %d records, want 3 (small-1, big as a reference, small-2)", len(got))
+	if g := strings.Join(got, ","); g != "small-1,other,other,small-2" {
+		t.Errorf("the partition holds %s, want small-1,other,other,small-2", g)
 	}
 }

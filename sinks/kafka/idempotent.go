@@ -11,31 +11,51 @@ import (
 	"net"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
+
+	"github.com/kubewire/kubewire/internal/metrics"
 )
 
 // Idempotent production.
 //
 // A produce request that kubewire gave up on (its deadline passed while the
 // broker restarted, or its connection broke) may still be sitting in the
-// broker's request queue. Kafka orders requests only per connection, so that
-// stale copy can be appended after its own retry, which went out on a new
-// connection, and after newer changes of the same object. Only the broker can
-// refuse it, and it does so for idempotent producers: each batch carries a
-// producer id, an epoch and the sequence number of its first record, and the
-// broker rejects a batch whose epoch is older than the newest it has seen
-// for that producer and partition.
+// broker's request queue, or may have been appended with its answer lost.
+// Kafka orders requests only per connection, so a stale copy can be
+// appended after its own retry, which went out on a new connection, and
+// after newer changes of the same object. Only the broker can sort this
+// out, and it does so for idempotent producers: each batch carries a
+// producer id, an epoch and the sequence number of its first record. The
+// broker keeps the sequence ranges of the last five batches of each
+// producer and partition. A batch that repeats one of them is a duplicate:
+// the broker answers it with success (DUPLICATE_SEQUENCE_NUMBER before
+// Kafka 1.0) and does not append it again. A batch of an older epoch than
+// the newest it has seen is refused (INVALID_PRODUCER_EPOCH).
 //
-// So every partition loop is its own idempotent producer, and after any
-// failed request it moves to the next epoch and starts again at sequence 0
-// (KIP-360 lets an idempotent producer bump its epoch itself). A stale batch
-// of the old epoch that arrives after the first batch of the new one is
-// refused; one that arrives before it was appended before the retry, so the
-// retry only repeats events that are already there, each with its id. Each
-// partition owning its producer id
-// keeps an epoch bump on one partition from fencing the others.
+// So every partition loop is its own idempotent producer, and a request
+// whose outcome it does not know stays pending: the next request the loop
+// sends is that very batch again, byte for byte, with the same id, epoch and
+// sequence, before anything newer. Whichever copies reach the broker, in
+// whatever order, it appends the batch once: a copy that arrives after
+// another is a duplicate, and the loop never has more than one sequence
+// range in doubt. Records that a resent batch got acknowledged are not sent
+// again when the dispatcher's retry of their Write reaches the loop (the
+// retry starts with them, see partition.skipResolved). A batch whose every
+// copy the broker refused outright (not the leader, say) is in no doubt: it
+// is dropped, and its sequence goes to the next batch.
+//
+// The loop moves to a new epoch, at sequence 0, only when a pending batch
+// cannot go out unchanged: the broker refused it as too large after an
+// earlier copy's fate was unknown (it goes out split), or it refused its
+// sequence (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID: the broker
+// holds something other than what it acknowledged, which can mean it lost
+// records). The new epoch fences every stale copy of the old one (KIP-360
+// lets an idempotent producer bump its epoch itself). Each partition owning
+// its producer id keeps an epoch bump on one partition from fencing the
+// others.
 //
 // kafka-go writes -1 (no producer) into every record batch it encodes and
 // has no idempotent producer, so the batch is encoded by kafka-go, the
@@ -52,16 +72,16 @@ type producer struct {
 
 // rotateAt is the epoch from which a partition takes a new producer id
 // after its next acknowledged request. Only then is nothing of the old id
-// in doubt, so nothing sent under it can land after the new id's batches;
+// in doubt (no batch is pending), so nothing sent under it can land after the new id's batches;
 // waiting for the last epoch would leave a failed request of the old id
 // unfenced against the retry under the new one.
 const rotateAt = math.MaxInt16 / 2
 
-// failed moves to the next epoch, so the next request cannot be mistaken
-// for a retry of a batch the broker may or may not have. Past the last
-// epoch it drops the id: that takes 16k failed requests in a row (see
-// rotateAt), and the retry under a new id is then not fenced against the
-// last failed one.
+// failed moves to the next epoch, after the partition gave up a batch the
+// broker may or may not have, so that no copy of it can be appended after
+// the next request. Past the last epoch it drops the id: that takes 16k
+// batches given up in a row (see rotateAt), and the retry under a new id
+// is then not fenced against the last one.
 func (p *producer) failed() {
 	if !p.valid || p.epoch == math.MaxInt16 {
 		*p = producer{}
@@ -197,4 +217,162 @@ func encodeIdempotent(recs []kafkago.Record, codec kafkago.Compression, p produc
 	binary.BigEndian.PutUint32(batch[batchBaseSeq:], uint32(p.seq))
 	binary.BigEndian.PutUint32(batch[batchCRC:], crc32.Checksum(batch[batchAttributes:], castagnoli))
 	return b, nil
+}
+
+// pending is a stamped batch whose outcome the partition does not know: no
+// answer came, or the broker answered with an error that leaves it free to
+// have appended the batch (see refused), or refused a copy while one sent
+// earlier may still be in its queue. It is resent unchanged until the
+// broker says what became of it.
+type pending struct {
+	records []record
+	raw     []byte
+	// sends counts the copies sent so far.
+	sends int
+	// doubt is set once a copy got no answer, or one that allows the batch
+	// to be in the log. Until then every copy was refused outright.
+	doubt bool
+}
+
+// refused reports whether err is the broker's answer for a batch it did not
+// append: it checks a batch before it appends it, and answers those errors
+// then. Request timed out (acks=all gave up waiting for the replicas after
+// the leader appended), not enough replicas after append, a storage error
+// and an unknown error leave the batch possibly in the log, as does no
+// answer at all.
+func refused(err error) bool {
+	var ke kafkago.Error
+	if !errors.As(err, &ke) {
+		return false
+	}
+	switch ke {
+	case kafkago.RequestTimedOut, kafkago.NotEnoughReplicasAfterAppend, kafkago.KafkaStorageError, kafkago.Unknown:
+		return false
+	}
+	return true
+}
+
+// recordKey names a record within one partition: the event it stands for
+// and its kind (an event, or the tombstone after a delete).
+type recordKey struct {
+	src  *event.Event
+	kind string
+}
+
+// produceIdempotent stamps rs as the partition's next batch, getting a
+// producer id first if it has none, and sends it as the pending batch.
+func (p *partition) produceIdempotent(rs []record, recs []kafkago.Record) error {
+	s := p.s
+	if !p.producer.valid {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout.Duration)
+		pr, err := s.takeProducerID(ctx)
+		cancel()
+		if err != nil {
+			metrics.KafkaProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
+			return fmt.Errorf("kafka: produce %d records to %s[%d]: %w", len(rs), p.topic, p.id, err)
+		}
+		p.producer = pr
+	}
+	raw, err := encodeIdempotent(recs, s.compression, p.producer)
+	if err != nil {
+		return err
+	}
+	p.pending = &pending{records: rs, raw: raw}
+	return p.sendPending()
+}
+
+// resend sends the pending batch again, unchanged. Whatever it got
+// acknowledged is resolved: the retried Writes that hold those records do
+// not send them again.
+func (p *partition) resend() error {
+	pd := p.pending
+	metrics.KafkaProduceResends.WithLabelValues(p.s.name).Inc()
+	err := p.sendPending()
+	if err == nil {
+		for _, r := range pd.records {
+			p.resolved[recordKey{r.src, r.kind}] = struct{}{}
+		}
+	}
+	return err
+}
+
+// skipResolved counts as sent the records at the head of each unit that a
+// resent batch already got acknowledged. The dispatcher resends a failed
+// Write whole, and the records acknowledged before the failed request are
+// not sent again (Sink.acked), so a retried unit starts with the records of
+// the batch that was in doubt.
+func (p *partition) skipResolved(batch []*unit) {
+	if len(p.resolved) == 0 {
+		return
+	}
+	for _, u := range batch {
+		for u.sent < len(u.records) {
+			r := &u.records[u.sent]
+			k := recordKey{r.src, r.kind}
+			if _, ok := p.resolved[k]; !ok {
+				break
+			}
+			delete(p.resolved, k)
+			u.sent++
+		}
+	}
+}
+
+// sendPending sends the pending batch and decides, from the answer,
+// whether it stays pending.
+func (p *partition) sendPending() error {
+	s, pd := p.s, p.pending
+	pd.sends++
+	err := p.roundTrip(pd.records, func(ctx context.Context) (*kafkago.ProduceResponse, error) {
+		return s.client.RawProduce(ctx, &kafkago.RawProduceRequest{
+			Topic:        p.topic,
+			Partition:    p.id,
+			RequiredAcks: s.acks,
+			RawRecords:   protocol.RawRecordSet{Reader: bytes.NewReader(pd.raw)},
+		})
+	})
+	switch {
+	case err == nil:
+		p.pending = nil
+		p.producer.sent(len(pd.records))
+	case errors.Is(err, kafkago.OutOfOrderSequenceNumber) || errors.Is(err, kafkago.UnknownProducerId):
+		// The broker holds something else for this producer than what it
+		// acknowledged: it lost acknowledged records (an unclean leader
+		// election, a truncated log) or its producer state. The batch is
+		// given up under this epoch, and its Writes' retry sends the
+		// records again under the next.
+		metrics.KafkaSequenceErrors.WithLabelValues(s.name, outcome(err)).Inc()
+		s.log.Error("Kafka refused the producer's sequence: the broker may have lost records it had acknowledged; moving to a new producer epoch",
+			"topic", p.topic, "partition", p.id, "producerId", p.producer.id, "epoch", p.producer.epoch,
+			"sequence", p.producer.seq, "records", len(pd.records), "copies", pd.sends, "err", err)
+		p.pending = nil
+		p.producer.failed()
+	case errors.Is(err, kafkago.InvalidProducerEpoch) || errors.Is(err, kafkago.ProducerFenced) ||
+		errors.Is(err, kafkago.InvalidProducerIDMapping):
+		// The broker has a newer epoch of this id than the partition, so
+		// every copy sent under it is fenced already; start afresh.
+		s.log.Warn("Kafka fenced the partition's idempotent producer; taking a new producer id",
+			"topic", p.topic, "partition", p.id, "producerId", p.producer.id, "epoch", p.producer.epoch, "err", err)
+		p.pending = nil
+		p.producer = producer{}
+	case !refused(err):
+		// No answer, or one that allows the batch to be in the log: it
+		// stays pending.
+		pd.doubt = true
+	case !pd.doubt:
+		// Every copy was refused outright, so none is in the log or on its
+		// way there. The batch is dropped, and its sequence goes to the
+		// next one; the Writes' retry sends its records again (split, if
+		// they were too large).
+		p.pending = nil
+	case isTooLarge(err):
+		// Its records must go out split, in other batches, while an
+		// earlier copy's fate is unknown: those batches get a new epoch,
+		// which fences that copy.
+		p.pending = nil
+		p.producer.failed()
+	}
+	// A refusal of this copy while an earlier one's fate is unknown leaves
+	// the batch pending too.
+	return err
 }

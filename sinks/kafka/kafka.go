@@ -21,7 +21,6 @@
 package kafka
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -36,7 +35,6 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	kafkago "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -648,7 +646,8 @@ func (s *Sink) partitions(ctx context.Context, name string) (*topic, error) {
 		return nil, err
 	}
 	for i := len(t.parts); i < n; i++ {
-		p := &partition{s: s, topic: name, id: i, wake: make(chan struct{}, 1), objects: map[string]struct{}{}}
+		p := &partition{s: s, topic: name, id: i, wake: make(chan struct{}, 1), objects: map[string]struct{}{},
+			resolved: map[recordKey]struct{}{}}
 		s.wg.Add(1)
 		go p.run(s.life)
 		t.parts = append(t.parts, p)
@@ -760,10 +759,16 @@ type partition struct {
 	queue []*unit
 	wake  chan struct{}
 
-	// producer, and objects (the objects in the request being built), are
-	// used by run's goroutine only.
+	// producer, objects (the objects in the request being built), pending
+	// and resolved are used by run's goroutine only.
 	producer producer
 	objects  map[string]struct{}
+	// pending is the request whose outcome is not known yet; it goes out
+	// again, unchanged, before anything else (see idempotent.go).
+	pending *pending
+	// resolved are records that went out in a resent pending request,
+	// until the retried Write that holds them reaches the loop.
+	resolved map[recordKey]struct{}
 }
 
 func (p *partition) submit(u *unit) {
@@ -858,11 +863,14 @@ func (p *partition) drain(err error) {
 
 // send produces the units' records, in order, in as few requests as the
 // batch limits allow, one after the other; the first failure stops it. A
-// request never holds two events of one object: if a request whose answer
-// is lost was appended after all, the Write's retry then repeats at most
-// one event of each object. A unit whose records all went out succeeds even
-// if a later request failed, and each unit says how much of it went out
-// (see Sink.remember).
+// request whose outcome is still unknown from an earlier round goes first,
+// unchanged, and records it got acknowledged are not sent again (see
+// partition.resend). A request never holds two events of one object: if a
+// request whose answer is lost was appended after all and cannot be resent
+// unchanged, the Write's retry then repeats at most one event of each
+// object. A unit whose records all went out succeeds even if a later
+// request failed, and each unit says how much of it went out (see
+// Sink.remember).
 func (p *partition) send(batch []*unit) {
 	b := p.s.cfg.Batch
 	type item struct {
@@ -870,12 +878,16 @@ func (p *partition) send(batch []*unit) {
 		u int
 	}
 	var items []item
+	var err error
+	if p.pending != nil {
+		err = p.resend()
+	}
+	p.skipResolved(batch)
 	for i, u := range batch {
-		for _, r := range u.records {
+		for _, r := range u.records[u.sent:] {
 			items = append(items, item{r, i})
 		}
 	}
-	var err error
 	keys := p.objects
 	for len(items) > 0 && err == nil {
 		clear(keys)
@@ -924,35 +936,36 @@ func (p *partition) produce(rs []record) error {
 			recs[i].Value = kafkago.NewBytes(r.value)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout.Duration)
-	defer cancel()
-	start := time.Now()
-	var res *kafkago.ProduceResponse
-	var err error
 	if s.idempotent {
-		res, err = p.produceIdempotent(ctx, recs)
-	} else {
-		res, err = s.client.Produce(ctx, &kafkago.ProduceRequest{
+		return p.produceIdempotent(rs, recs)
+	}
+	return p.roundTrip(rs, func(ctx context.Context) (*kafkago.ProduceResponse, error) {
+		return s.client.Produce(ctx, &kafkago.ProduceRequest{
 			Topic:        p.topic,
 			Partition:    p.id,
 			RequiredAcks: s.acks,
 			Records:      kafkago.NewRecordReader(recs...),
 			Compression:  s.compression,
 		})
-	}
+	})
+}
+
+// roundTrip makes one produce request for rs, bounded by requestTimeout,
+// and counts it. A duplicate-sequence answer is a success: the broker holds
+// the batch from an earlier copy.
+func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.ProduceResponse, error)) error {
+	s := p.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout.Duration)
+	defer cancel()
+	start := time.Now()
+	res, err := do(ctx)
 	metrics.KafkaProduceSeconds.WithLabelValues(s.name).Observe(time.Since(start).Seconds())
-	if err == nil && res != nil && res.Error != nil {
+	if err == nil && res != nil && res.Error != nil && !errors.Is(res.Error, kafkago.DuplicateSequenceNumber) {
 		err = res.Error
 	}
 	if err != nil {
-		if s.idempotent {
-			p.producer.failed()
-		}
 		metrics.KafkaProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
 		return fmt.Errorf("kafka: produce %d records to %s[%d]: %w", len(rs), p.topic, p.id, err)
-	}
-	if s.idempotent {
-		p.producer.sent(len(rs))
 	}
 	metrics.KafkaProduceRequests.WithLabelValues(s.name, "ok").Inc()
 	metrics.KafkaBatchRecords.WithLabelValues(s.name).Observe(float64(len(rs)))
@@ -971,29 +984,6 @@ func (p *partition) produce(rs []record) error {
 	metrics.KafkaRecords.WithLabelValues(s.name, kindTombstone).Add(float64(tombstones))
 	metrics.KafkaRecords.WithLabelValues(s.name, kindMarker).Add(float64(markers))
 	return nil
-}
-
-// produceIdempotent sends recs as the partition's idempotent producer,
-// getting a producer id first if it has none.
-func (p *partition) produceIdempotent(ctx context.Context, recs []kafkago.Record) (*kafkago.ProduceResponse, error) {
-	s := p.s
-	if !p.producer.valid {
-		pr, err := s.takeProducerID(ctx)
-		if err != nil {
-			return nil, err
-		}
-		p.producer = pr
-	}
-	raw, err := encodeIdempotent(recs, s.compression, p.producer)
-	if err != nil {
-		return nil, err
-	}
-	return s.client.RawProduce(ctx, &kafkago.RawProduceRequest{
-		Topic:        p.topic,
-		Partition:    p.id,
-		RequiredAcks: s.acks,
-		RawRecords:   protocol.RawRecordSet{Reader: bytes.NewReader(raw)},
-	})
 }
 
 // connectReason sorts a Connect error into the reasons of
