@@ -74,10 +74,16 @@ type Watcher struct {
 	informer cache.SharedIndexInformer
 	synced   atomic.Bool
 
-	// emitMu makes "read the cache, then enqueue" of a snapshot record atomic
-	// with respect to the listener's enqueues, so a snapshot never emits an
-	// object older than a change already enqueued for the same key.
+	// emitMu orders every Enqueue, and guards seen: a handler records an
+	// object and enqueues its change in one critical section, and a snapshot
+	// reads a record and enqueues it in one, so each record lands in the
+	// stream exactly between the changes before and after it.
 	emitMu sync.Mutex
+	seen   lastSeen
+	// handleHook, when set, runs first in every handler call. Tests use it
+	// to hold the handler while client-go queues notifications behind it;
+	// nil in production.
+	handleHook func()
 	// initialCount counts the synced records of the initial list; only the
 	// notification goroutine writes it before HasSynced turns true.
 	initialCount atomic.Int64
@@ -104,6 +110,7 @@ func NewWatcher(opt Options) *Watcher {
 		gvr:  gvr,
 		name: name,
 		log:  opt.Logger.With("resource", name, "version", gvr.Version),
+		seen: lastSeen{},
 	}
 }
 
@@ -191,24 +198,28 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-// Snapshot emits every cached object as a synced record between a started
-// and a completed marker. Each record is read from the cache at the moment it
-// is enqueued.
+// Snapshot emits every object as a synced record between a started and a
+// completed marker. Each record is the state the handler last saw, read at
+// the moment it is enqueued: never older than a change already enqueued for
+// its key, never newer than one still queued in client-go (see lastSeen).
 func (w *Watcher) Snapshot() {
 	id := newSnapshotID()
 	start := time.Now()
 	w.marker(OpSnapshotStarted, id, 0)
-	store := w.informer.GetStore()
+	w.emitMu.Lock()
+	names := make([]objectName, 0, len(w.seen))
+	for name := range w.seen {
+		names = append(names, name)
+	}
+	w.emitMu.Unlock()
 	n := 0
 	now := time.Now()
-	for _, key := range store.ListKeys() {
+	// One object per critical section, so the handler is never held for
+	// the whole snapshot. An object deleted meanwhile is simply skipped.
+	for _, name := range names {
 		w.emitMu.Lock()
-		obj, ok, _ := store.GetByKey(key)
-		if u, isU := obj.(*unstructured.Unstructured); ok && isU && w.shape.keep(OpSynced, u, nil) {
-			w.opt.Out.Enqueue(w.change(OpSynced, u, now, id))
-			n++
-		} else if r, isR := obj.(*raw.Object); ok && isR && w.shape.keepRaw(OpSynced, r, nil) {
-			w.opt.Out.Enqueue(w.changeRaw(OpSynced, r, now, id))
+		if c := w.syncedChange(w.seen[name], now, id); c != nil {
+			w.opt.Out.Enqueue(c)
 			n++
 		}
 		w.emitMu.Unlock()
@@ -216,6 +227,21 @@ func (w *Watcher) Snapshot() {
 	w.marker(OpSnapshotCompleted, id, n)
 	w.snapshotDone(start, n)
 	w.log.Debug("snapshot enqueued", "snapshot", id, "records", n)
+}
+
+// syncedChange is the snapshot record of obj, or nil if shaping drops it.
+func (w *Watcher) syncedChange(obj any, now time.Time, id string) *Change {
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		if w.shape.keep(OpSynced, o, nil) {
+			return w.change(OpSynced, o, now, id)
+		}
+	case *raw.Object:
+		if w.shape.keepRaw(OpSynced, o, nil) {
+			return w.changeRaw(OpSynced, o, now, id)
+		}
+	}
+	return nil
 }
 
 // observed returns the observed-events counter of op, looked up once per op
@@ -253,70 +279,113 @@ func (w *Watcher) change(op Op, u *unstructured.Unstructured, now time.Time, sna
 	}
 }
 
-func (w *Watcher) emit(c *Change) {
+// handled records obj as the handler's latest view of its object and
+// enqueues c, if the notification emits anything, in one critical section.
+// Every notification is recorded, emitted or not: a snapshot lists what
+// the cluster holds, whatever the configured operations and filters let
+// through as live changes.
+func (w *Watcher) handled(obj any, c *Change) {
+	name, ok := nameOf(obj)
 	w.emitMu.Lock()
-	w.opt.Out.Enqueue(c)
+	if ok {
+		w.seen[name] = obj
+	}
+	if c != nil {
+		w.opt.Out.Enqueue(c)
+	}
+	w.emitMu.Unlock()
+}
+
+// gone is handled for a delete: the object leaves the handler's view.
+func (w *Watcher) gone(obj any, c *Change) {
+	name, ok := nameOf(obj)
+	w.emitMu.Lock()
+	if ok {
+		delete(w.seen, name)
+	}
+	if c != nil {
+		w.opt.Out.Enqueue(c)
+	}
 	w.emitMu.Unlock()
 }
 
 func (w *Watcher) onAdd(obj any, initial bool) {
+	if w.handleHook != nil {
+		w.handleHook()
+	}
+	w.handled(obj, w.addChange(obj, initial))
+}
+
+func (w *Watcher) addChange(obj any, initial bool) *Change {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		if r, isR := obj.(*raw.Object); isR {
-			w.onAddRaw(r, initial)
+			return w.addChangeRaw(r, initial)
 		}
-		return
+		return nil
 	}
 	if initial && w.initialID != "" {
 		if !w.shape.keep(OpSynced, u, nil) {
-			return
+			return nil
 		}
 		w.initialCount.Add(1)
-		w.emit(w.change(OpSynced, u, time.Now(), w.initialID))
-		return
+		return w.change(OpSynced, u, time.Now(), w.initialID)
 	}
 	if initial || !w.cfg.Emits(config.OpAdded) || !w.shape.keep(OpAdded, u, nil) {
-		return
+		return nil
 	}
-	w.emit(w.change(OpAdded, u, time.Now(), ""))
+	return w.change(OpAdded, u, time.Now(), "")
 }
 
 func (w *Watcher) onUpdate(oldObj, newObj any) {
-	o, ok1 := oldObj.(*unstructured.Unstructured)
-	n, ok2 := newObj.(*unstructured.Unstructured)
+	if w.handleHook != nil {
+		w.handleHook()
+	}
+	w.handled(newObj, w.updateChange(oldObj, newObj))
+}
+
+func (w *Watcher) updateChange(oldObj, newObj any) *Change {
 	if ro, isR := oldObj.(*raw.Object); isR {
 		if rn, isR := newObj.(*raw.Object); isR {
-			w.onUpdateRaw(ro, rn)
+			return w.updateChangeRaw(ro, rn)
 		}
-		return
+		return nil
 	}
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
 	// An unchanged resourceVersion is a relist or resync re-delivering what
 	// was already emitted, not a change.
 	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() || !w.cfg.Emits(config.OpUpdated) ||
 		!w.shape.keep(OpUpdated, n, o) {
-		return
+		return nil
 	}
 	c := w.change(OpUpdated, n, time.Now(), "")
 	c.OldObject = o
-	w.emit(c)
+	return c
 }
 
 func (w *Watcher) onDelete(obj any) {
+	if w.handleHook != nil {
+		w.handleHook()
+	}
 	unknown := false
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj, unknown = d.Obj, true
 	}
+	w.gone(obj, w.deleteChange(obj, unknown))
+}
+
+func (w *Watcher) deleteChange(obj any, unknown bool) *Change {
 	if r, isR := obj.(*raw.Object); isR {
-		w.onDeleteRaw(r, unknown)
-		return
+		return w.deleteChangeRaw(r, unknown)
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok || !w.cfg.Emits(config.OpDeleted) || !w.shape.keep(OpDeleted, u, nil) {
-		return
+		return nil
 	}
 	c := w.change(OpDeleted, u, time.Now(), "")
 	c.FinalStateUnknown = unknown
-	w.emit(c)
+	return c
 }
 
 // retry runs step until it succeeds or ctx ends, backing off up to RetryMax.
