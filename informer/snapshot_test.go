@@ -4,9 +4,12 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/metrics"
 )
 
 // resourceVersions lists the Op and resourceVersion of every change of key.
@@ -84,5 +87,48 @@ func TestASnapshotListsTheStateTheHandlerLastSawWhateverOperationsAreEmitted(t *
 	ops, _ := resourceVersions(*out, "configmaps/ns/cm")
 	if len(*out) != 3 || len(ops) != 1 || ops[0] != "synced@2" {
 		t.Fatalf("got %d changes, %v for the live object; want started, synced@2, completed", len(*out), ops)
+	}
+}
+
+// trackingOutput is a recording Output that reports a snapshot pending
+// while pending is set.
+type trackingOutput struct {
+	recording
+	pending bool
+	asked   []string
+}
+
+func (o *trackingOutput) SnapshotPending(keyPrefix string) bool {
+	o.asked = append(o.asked, keyPrefix)
+	return o.pending
+}
+
+func TestAPeriodicSnapshotWaitsUntilThePreviousOneIsWrittenToEverySink(t *testing.T) {
+	out := &trackingOutput{pending: true}
+	w := NewWatcher(Options{Cluster: "c", Out: out, Resource: config.Resource{Version: "v1", Resource: "configmaps"}})
+	w.res = NewResource("c", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
+	w.onAdd(obj("1"), false)
+	out.recording = nil
+	deferred := testutil.ToFloat64(metrics.SnapshotsDeferred.WithLabelValues("configmaps"))
+
+	if !w.periodicSnapshot(false) || !w.periodicSnapshot(true) {
+		t.Fatal("a snapshot started while the previous one was pending")
+	}
+	if len(out.recording) != 0 {
+		t.Fatalf("a deferred snapshot enqueued %d changes", len(out.recording))
+	}
+	if got := testutil.ToFloat64(metrics.SnapshotsDeferred.WithLabelValues("configmaps")) - deferred; got != 2 {
+		t.Errorf("kubewire_snapshots_deferred_total moved by %v, want 2", got)
+	}
+	if len(out.asked) == 0 || out.asked[0] != "configmaps" {
+		t.Errorf("asked about %v, want the resource's key prefix", out.asked)
+	}
+
+	out.pending = false
+	if w.periodicSnapshot(true) {
+		t.Fatal("the snapshot was deferred with nothing pending")
+	}
+	if len(out.recording) != 3 || out.recording[0].Op != OpSnapshotStarted || out.recording[2].Op != OpSnapshotCompleted {
+		t.Fatalf("got %d changes, want started, one record, completed", len(out.recording))
 	}
 }

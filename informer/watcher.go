@@ -37,6 +37,18 @@ type Output interface {
 	Enqueue(*Change)
 }
 
+// SnapshotTracker is an optional interface of an Output that knows whether
+// a snapshot it was given is still waiting to be written. While one of a
+// resource is pending, the Watcher skips that resource's periodic snapshots:
+// a sink that is behind would otherwise queue one more full copy of the
+// resource per interval.
+type SnapshotTracker interface {
+	// SnapshotPending reports whether a snapshot of the resource with this
+	// key prefix (Resource.KeyPrefix) has been enqueued and not yet written
+	// everywhere.
+	SnapshotPending(keyPrefix string) bool
+}
+
 // Options configure a Watcher.
 type Options struct {
 	Cluster  string
@@ -188,14 +200,33 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
+	deferred := false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			w.Snapshot()
+			deferred = w.periodicSnapshot(deferred)
 		}
 	}
+}
+
+// periodicSnapshot takes a snapshot unless the Output still holds the
+// previous one, and reports whether it deferred. wasDeferred only keeps the
+// log to one info line per stretch of deferrals.
+func (w *Watcher) periodicSnapshot(wasDeferred bool) bool {
+	if st, ok := w.opt.Out.(SnapshotTracker); ok && st.SnapshotPending(w.res.KeyPrefix) {
+		metrics.SnapshotsDeferred.WithLabelValues(w.name).Inc()
+		msg := "periodic snapshot deferred: the previous one is not yet written to every sink"
+		if wasDeferred {
+			w.log.Debug(msg)
+		} else {
+			w.log.Info(msg)
+		}
+		return true
+	}
+	w.Snapshot()
+	return false
 }
 
 // Snapshot emits every object as a synced record between a started and a

@@ -143,6 +143,19 @@ func (f fanout) Enqueue(c *informer.Change) {
 	}
 }
 
+// SnapshotPending reports whether any sink of the resource still holds a
+// snapshot of it: the slowest sink decides when the next one may start.
+func (f fanout) SnapshotPending(keyPrefix string) bool {
+	for _, d := range f {
+		if d.SnapshotPending(keyPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+var _ informer.SnapshotTracker = fanout(nil)
+
 // Ready reports whether every informer has synced and every sink is healthy.
 func (a *App) Ready() bool {
 	for _, w := range a.watchers {
