@@ -55,7 +55,8 @@ func (w *Watcher) newRawInformer() (cache.SharedIndexInformer, error) {
 		KeepManagedFields: w.cfg.KeepManagedFields,
 		Rewrite:           rewrite,
 	})
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &raw.Object{},
+	inf := cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(w.source.wrap(lw), w.opt.REST), &raw.Object{},
 		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()})
 	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
 	return inf, nil

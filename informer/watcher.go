@@ -70,6 +70,10 @@ type Options struct {
 	// RetryMax caps the wait between attempts to resolve the resource or to
 	// regain permission (default 10s).
 	RetryMax time.Duration
+	// DrainTimeout bounds how long shutdown waits for the handler to hand
+	// the notifications client-go already queued to Out (default
+	// config.DefaultDrainTimeout).
+	DrainTimeout time.Duration
 }
 
 // Watcher runs the shared informer of one configured resource and turns its
@@ -96,6 +100,12 @@ type Watcher struct {
 	// to hold the handler while client-go queues notifications behind it;
 	// nil in production.
 	handleHook func()
+
+	// source closes the informer's list and watch at shutdown and sends
+	// the sentinel; drained is closed when the handler meets it.
+	source      *drainSource
+	drained     chan struct{}
+	drainedOnce sync.Once
 	// initialCount counts the synced records of the initial list; only the
 	// notification goroutine writes it before HasSynced turns true.
 	initialCount atomic.Int64
@@ -111,18 +121,22 @@ func NewWatcher(opt Options) *Watcher {
 	if opt.RetryMax <= 0 {
 		opt.RetryMax = 10 * time.Second
 	}
+	if opt.DrainTimeout <= 0 {
+		opt.DrainTimeout = config.DefaultDrainTimeout
+	}
 	gvr := opt.Resource.GVR()
 	name := gvr.Resource
 	if gvr.Group != "" {
 		name += "." + gvr.Group
 	}
 	return &Watcher{
-		opt:  opt,
-		cfg:  opt.Resource,
-		gvr:  gvr,
-		name: name,
-		log:  opt.Logger.With("resource", name, "version", gvr.Version),
-		seen: lastSeen{},
+		opt:     opt,
+		cfg:     opt.Resource,
+		gvr:     gvr,
+		name:    name,
+		log:     opt.Logger.With("resource", name, "version", gvr.Version),
+		seen:    lastSeen{},
+		drained: make(chan struct{}),
 	}
 }
 
@@ -136,7 +150,10 @@ func (w *Watcher) HasSynced() bool { return w.synced.Load() }
 // Run resolves the resource, waits for permission, runs the informer and
 // takes periodic snapshots until ctx ends. Nothing it meets at runtime is
 // fatal: a missing resource or permission is logged, counted and retried, so
-// the other resources keep streaming.
+// the other resources keep streaming. When ctx ends after the initial sync,
+// Run drains: it stops the watch and hands every notification client-go had
+// already queued to the Output before the informer stops, or returns an
+// error wrapping ErrNotDrained if that takes longer than DrainTimeout.
 func (w *Watcher) Run(ctx context.Context) error {
 	shp, err := newShaper(w.cfg, w.name, w.log)
 	if err != nil {
@@ -150,6 +167,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	}
 	w.res.Payload = w.cfg.Payload
+	sentinel, err := w.sentinel()
+	if err != nil {
+		return err
+	}
+	w.source = newDrainSource(sentinel)
 	if w.cfg.RawCache() {
 		if w.informer, err = w.newRawInformer(); err != nil {
 			return err
@@ -173,15 +195,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("informer for %s: %w", w.name, err)
 	}
 
+	// The informer outlives ctx until the drain is over: cancelling it
+	// would discard the notifications still queued for the handler.
+	infCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		w.informer.RunWithContext(ctx)
+		w.informer.RunWithContext(infCtx)
 	}()
 	defer wg.Wait()
+	defer stopInformer()
 
 	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		// Stopped during the initial list. Only that list's records can
+		// be queued; its snapshot never gets a completed marker, so no
+		// consumer acts on it, and the next start lists everything again.
 		return nil
 	}
 	n := int(w.initialCount.Load())
@@ -193,22 +222,72 @@ func (w *Watcher) Run(ctx context.Context) error {
 	metrics.InformerSynced.WithLabelValues(w.name).Set(1)
 	w.log.Info("informer synced", "objects", len(w.informer.GetStore().ListKeys()), "snapshotRecords", n)
 
-	every := w.cfg.SnapshotInterval.Duration
-	if !snap || every <= 0 {
+	if every := w.cfg.SnapshotInterval.Duration; snap && every > 0 {
+		w.snapshotEvery(ctx, every)
+	} else {
 		<-ctx.Done()
-		return nil
 	}
+	return w.drain()
+}
+
+// snapshotEvery takes periodic snapshots until ctx ends.
+func (w *Watcher) snapshotEvery(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	deferred := false
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 			deferred = w.periodicSnapshot(deferred)
 		}
 	}
+}
+
+// drain closes the informer's source and waits, at most DrainTimeout, for
+// the handler to meet the sentinel, which it does once every notification
+// queued before it has reached the Output.
+func (w *Watcher) drain() error {
+	start := time.Now()
+	w.source.stop()
+	t := time.NewTimer(w.opt.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-w.drained:
+		w.log.Debug("informer drained", "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	case <-t.C:
+		w.log.Error("shutdown: notifications still queued for the sinks at the drain deadline; they are lost",
+			"drainTimeout", w.opt.DrainTimeout)
+		return fmt.Errorf("%s: %w after %s", w.name, ErrNotDrained, w.opt.DrainTimeout)
+	}
+}
+
+// sentinel returns the object that ends the stream at shutdown, of the
+// informer's own type: the reflector drops an event of any other type.
+func (w *Watcher) sentinel() (runtime.Object, error) {
+	if w.cfg.RawCache() {
+		o, err := raw.New([]byte(`{"metadata":{"name":"`+drainName+`"}}`), raw.BuildOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("drain sentinel: %w", err)
+		}
+		return o, nil
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetName(drainName)
+	return u, nil
+}
+
+// isSentinel reports whether obj ends the stream, and if so records that
+// the handler got there. The informer passes the very object the source
+// sent (the transform keeps it), so identity is enough.
+func (w *Watcher) isSentinel(obj any) bool {
+	if w.source == nil || obj != any(w.source.sentinel) {
+		return false
+	}
+	w.drainedOnce.Do(func() { close(w.drained) })
+	return true
 }
 
 // periodicSnapshot takes a snapshot unless the Output still holds the
@@ -344,6 +423,9 @@ func (w *Watcher) onAdd(obj any, initial bool) {
 	if w.handleHook != nil {
 		w.handleHook()
 	}
+	if w.isSentinel(obj) {
+		return
+	}
 	w.handled(obj, w.addChange(obj, initial))
 }
 
@@ -371,6 +453,9 @@ func (w *Watcher) addChange(obj any, initial bool) *Change {
 func (w *Watcher) onUpdate(oldObj, newObj any) {
 	if w.handleHook != nil {
 		w.handleHook()
+	}
+	if w.isSentinel(newObj) {
+		return
 	}
 	w.handled(newObj, w.updateChange(oldObj, newObj))
 }
@@ -576,7 +661,7 @@ func (w *Watcher) newInformer() cache.SharedIndexInformer {
 		},
 	}
 	inf := cache.NewSharedIndexInformerWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(lw, w.opt.Dynamic),
+		cache.ToListWatcherWithWatchListSemantics(w.source.wrap(lw), w.opt.Dynamic),
 		&unstructured.Unstructured{},
 		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()},
 	)
