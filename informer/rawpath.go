@@ -18,7 +18,7 @@ import (
 	"github.com/kubewire/kubewire/internal/shape"
 )
 
-// The raw path (cache: raw) mirrors onAdd/onUpdate/onDelete and the
+// The raw path (cache: raw) mirrors addChange/updateChange/deleteChange and the
 // shaper for *raw.Object. It decodes an object only for the shaping that
 // needs its content (a filter, ignorePaths); a resource without those pays
 // no decode at all.
@@ -55,7 +55,8 @@ func (w *Watcher) newRawInformer() (cache.SharedIndexInformer, error) {
 		KeepManagedFields: w.cfg.KeepManagedFields,
 		Rewrite:           rewrite,
 	})
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &raw.Object{},
+	inf := cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(w.source.wrap(lw), w.opt.REST), &raw.Object{},
 		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()})
 	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
 	return inf, nil
@@ -73,38 +74,37 @@ func (w *Watcher) changeRaw(op Op, o *raw.Object, now time.Time, snapshotID stri
 	}
 }
 
-func (w *Watcher) onAddRaw(o *raw.Object, initial bool) {
+func (w *Watcher) addChangeRaw(o *raw.Object, initial bool) *Change {
 	if initial && w.initialID != "" {
 		if !w.shape.keepRaw(OpSynced, o, nil) {
-			return
+			return nil
 		}
 		w.initialCount.Add(1)
-		w.emit(w.changeRaw(OpSynced, o, time.Now(), w.initialID))
-		return
+		return w.changeRaw(OpSynced, o, time.Now(), w.initialID)
 	}
 	if initial || !w.cfg.Emits(config.OpAdded) || !w.shape.keepRaw(OpAdded, o, nil) {
-		return
+		return nil
 	}
-	w.emit(w.changeRaw(OpAdded, o, time.Now(), ""))
+	return w.changeRaw(OpAdded, o, time.Now(), "")
 }
 
-func (w *Watcher) onUpdateRaw(o, n *raw.Object) {
+func (w *Watcher) updateChangeRaw(o, n *raw.Object) *Change {
 	if o.GetResourceVersion() == n.GetResourceVersion() || !w.cfg.Emits(config.OpUpdated) ||
 		!w.shape.keepRaw(OpUpdated, n, o) {
-		return
+		return nil
 	}
 	c := w.changeRaw(OpUpdated, n, time.Now(), "")
 	c.OldRaw = o
-	w.emit(c)
+	return c
 }
 
-func (w *Watcher) onDeleteRaw(o *raw.Object, unknown bool) {
+func (w *Watcher) deleteChangeRaw(o *raw.Object, unknown bool) *Change {
 	if !w.cfg.Emits(config.OpDeleted) || !w.shape.keepRaw(OpDeleted, o, nil) {
-		return
+		return nil
 	}
 	c := w.changeRaw(OpDeleted, o, time.Now(), "")
 	c.FinalStateUnknown = unknown
-	w.emit(c)
+	return c
 }
 
 // keepRaw is keep for raw objects. Suppression without ignorePaths works on

@@ -37,6 +37,18 @@ type Output interface {
 	Enqueue(*Change)
 }
 
+// SnapshotTracker is an optional interface of an Output that knows whether
+// a snapshot it was given is still waiting to be written. While one of a
+// resource is pending, the Watcher skips that resource's periodic snapshots:
+// a sink that is behind would otherwise queue one more full copy of the
+// resource per interval.
+type SnapshotTracker interface {
+	// SnapshotPending reports whether a snapshot of the resource with this
+	// key prefix (Resource.KeyPrefix) has been enqueued and not yet written
+	// everywhere.
+	SnapshotPending(keyPrefix string) bool
+}
+
 // Options configure a Watcher.
 type Options struct {
 	Cluster  string
@@ -58,6 +70,10 @@ type Options struct {
 	// RetryMax caps the wait between attempts to resolve the resource or to
 	// regain permission (default 10s).
 	RetryMax time.Duration
+	// DrainTimeout bounds how long shutdown waits for the handler to hand
+	// the notifications client-go already queued to Out (default
+	// config.DefaultDrainTimeout).
+	DrainTimeout time.Duration
 }
 
 // Watcher runs the shared informer of one configured resource and turns its
@@ -74,10 +90,22 @@ type Watcher struct {
 	informer cache.SharedIndexInformer
 	synced   atomic.Bool
 
-	// emitMu makes "read the cache, then enqueue" of a snapshot record atomic
-	// with respect to the listener's enqueues, so a snapshot never emits an
-	// object older than a change already enqueued for the same key.
+	// emitMu orders every Enqueue, and guards seen: a handler records an
+	// object and enqueues its change in one critical section, and a snapshot
+	// reads a record and enqueues it in one, so each record lands in the
+	// stream exactly between the changes before and after it.
 	emitMu sync.Mutex
+	seen   lastSeen
+	// handleHook, when set, runs first in every handler call. Tests use it
+	// to hold the handler while client-go queues notifications behind it;
+	// nil in production.
+	handleHook func()
+
+	// source closes the informer's list and watch at shutdown and sends
+	// the sentinel; drained is closed when the handler meets it.
+	source      *drainSource
+	drained     chan struct{}
+	drainedOnce sync.Once
 	// initialCount counts the synced records of the initial list; only the
 	// notification goroutine writes it before HasSynced turns true.
 	initialCount atomic.Int64
@@ -93,17 +121,22 @@ func NewWatcher(opt Options) *Watcher {
 	if opt.RetryMax <= 0 {
 		opt.RetryMax = 10 * time.Second
 	}
+	if opt.DrainTimeout <= 0 {
+		opt.DrainTimeout = config.DefaultDrainTimeout
+	}
 	gvr := opt.Resource.GVR()
 	name := gvr.Resource
 	if gvr.Group != "" {
 		name += "." + gvr.Group
 	}
 	return &Watcher{
-		opt:  opt,
-		cfg:  opt.Resource,
-		gvr:  gvr,
-		name: name,
-		log:  opt.Logger.With("resource", name, "version", gvr.Version),
+		opt:     opt,
+		cfg:     opt.Resource,
+		gvr:     gvr,
+		name:    name,
+		log:     opt.Logger.With("resource", name, "version", gvr.Version),
+		seen:    lastSeen{},
+		drained: make(chan struct{}),
 	}
 }
 
@@ -117,7 +150,10 @@ func (w *Watcher) HasSynced() bool { return w.synced.Load() }
 // Run resolves the resource, waits for permission, runs the informer and
 // takes periodic snapshots until ctx ends. Nothing it meets at runtime is
 // fatal: a missing resource or permission is logged, counted and retried, so
-// the other resources keep streaming.
+// the other resources keep streaming. When ctx ends after the initial sync,
+// Run drains: it stops the watch and hands every notification client-go had
+// already queued to the Output before the informer stops, or returns an
+// error wrapping ErrNotDrained if that takes longer than DrainTimeout.
 func (w *Watcher) Run(ctx context.Context) error {
 	shp, err := newShaper(w.cfg, w.name, w.log)
 	if err != nil {
@@ -131,6 +167,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	}
 	w.res.Payload = w.cfg.Payload
+	sentinel, err := w.sentinel()
+	if err != nil {
+		return err
+	}
+	w.source = newDrainSource(sentinel)
 	if w.cfg.RawCache() {
 		if w.informer, err = w.newRawInformer(); err != nil {
 			return err
@@ -154,15 +195,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("informer for %s: %w", w.name, err)
 	}
 
+	// The informer outlives ctx until the drain is over: cancelling it
+	// would discard the notifications still queued for the handler.
+	infCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		w.informer.RunWithContext(ctx)
+		w.informer.RunWithContext(infCtx)
 	}()
 	defer wg.Wait()
+	defer stopInformer()
 
 	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		// Stopped during the initial list. Only that list's records can
+		// be queued; its snapshot never gets a completed marker, so no
+		// consumer acts on it, and the next start lists everything again.
 		return nil
 	}
 	n := int(w.initialCount.Load())
@@ -174,41 +222,114 @@ func (w *Watcher) Run(ctx context.Context) error {
 	metrics.InformerSynced.WithLabelValues(w.name).Set(1)
 	w.log.Info("informer synced", "objects", len(w.informer.GetStore().ListKeys()), "snapshotRecords", n)
 
-	every := w.cfg.SnapshotInterval.Duration
-	if !snap || every <= 0 {
+	if every := w.cfg.SnapshotInterval.Duration; snap && every > 0 {
+		w.snapshotEvery(ctx, every)
+	} else {
 		<-ctx.Done()
-		return nil
 	}
+	return w.drain()
+}
+
+// snapshotEvery takes periodic snapshots until ctx ends.
+func (w *Watcher) snapshotEvery(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	deferred := false
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
-			w.Snapshot()
+			deferred = w.periodicSnapshot(deferred)
 		}
 	}
 }
 
-// Snapshot emits every cached object as a synced record between a started
-// and a completed marker. Each record is read from the cache at the moment it
-// is enqueued.
+// drain closes the informer's source and waits, at most DrainTimeout, for
+// the handler to meet the sentinel, which it does once every notification
+// queued before it has reached the Output.
+func (w *Watcher) drain() error {
+	start := time.Now()
+	w.source.stop()
+	t := time.NewTimer(w.opt.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-w.drained:
+		w.log.Debug("informer drained", "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	case <-t.C:
+		w.log.Error("shutdown: notifications still queued for the sinks at the drain deadline; they are lost",
+			"drainTimeout", w.opt.DrainTimeout)
+		return fmt.Errorf("%s: %w after %s", w.name, ErrNotDrained, w.opt.DrainTimeout)
+	}
+}
+
+// sentinel returns the object that ends the stream at shutdown, of the
+// informer's own type: the reflector drops an event of any other type.
+func (w *Watcher) sentinel() (runtime.Object, error) {
+	if w.cfg.RawCache() {
+		o, err := raw.New([]byte(`{"metadata":{"name":"`+drainName+`"}}`), raw.BuildOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("drain sentinel: %w", err)
+		}
+		return o, nil
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetName(drainName)
+	return u, nil
+}
+
+// isSentinel reports whether obj ends the stream, and if so records that
+// the handler got there. The informer passes the very object the source
+// sent (the transform keeps it), so identity is enough.
+func (w *Watcher) isSentinel(obj any) bool {
+	if w.source == nil || obj != any(w.source.sentinel) {
+		return false
+	}
+	w.drainedOnce.Do(func() { close(w.drained) })
+	return true
+}
+
+// periodicSnapshot takes a snapshot unless the Output still holds the
+// previous one, and reports whether it deferred. wasDeferred only keeps the
+// log to one info line per stretch of deferrals.
+func (w *Watcher) periodicSnapshot(wasDeferred bool) bool {
+	if st, ok := w.opt.Out.(SnapshotTracker); ok && st.SnapshotPending(w.res.KeyPrefix) {
+		metrics.SnapshotsDeferred.WithLabelValues(w.name).Inc()
+		msg := "periodic snapshot deferred: the previous one is not yet written to every sink"
+		if wasDeferred {
+			w.log.Debug(msg)
+		} else {
+			w.log.Info(msg)
+		}
+		return true
+	}
+	w.Snapshot()
+	return false
+}
+
+// Snapshot emits every object as a synced record between a started and a
+// completed marker. Each record is the state the handler last saw, read at
+// the moment it is enqueued: never older than a change already enqueued for
+// its key, never newer than one still queued in client-go (see lastSeen).
 func (w *Watcher) Snapshot() {
 	id := newSnapshotID()
 	start := time.Now()
 	w.marker(OpSnapshotStarted, id, 0)
-	store := w.informer.GetStore()
+	w.emitMu.Lock()
+	names := make([]objectName, 0, len(w.seen))
+	for name := range w.seen {
+		names = append(names, name)
+	}
+	w.emitMu.Unlock()
 	n := 0
 	now := time.Now()
-	for _, key := range store.ListKeys() {
+	// One object per critical section, so the handler is never held for
+	// the whole snapshot. An object deleted meanwhile is simply skipped.
+	for _, name := range names {
 		w.emitMu.Lock()
-		obj, ok, _ := store.GetByKey(key)
-		if u, isU := obj.(*unstructured.Unstructured); ok && isU && w.shape.keep(OpSynced, u, nil) {
-			w.opt.Out.Enqueue(w.change(OpSynced, u, now, id))
-			n++
-		} else if r, isR := obj.(*raw.Object); ok && isR && w.shape.keepRaw(OpSynced, r, nil) {
-			w.opt.Out.Enqueue(w.changeRaw(OpSynced, r, now, id))
+		if c := w.syncedChange(w.seen[name], now, id); c != nil {
+			w.opt.Out.Enqueue(c)
 			n++
 		}
 		w.emitMu.Unlock()
@@ -216,6 +337,21 @@ func (w *Watcher) Snapshot() {
 	w.marker(OpSnapshotCompleted, id, n)
 	w.snapshotDone(start, n)
 	w.log.Debug("snapshot enqueued", "snapshot", id, "records", n)
+}
+
+// syncedChange is the snapshot record of obj, or nil if shaping drops it.
+func (w *Watcher) syncedChange(obj any, now time.Time, id string) *Change {
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		if w.shape.keep(OpSynced, o, nil) {
+			return w.change(OpSynced, o, now, id)
+		}
+	case *raw.Object:
+		if w.shape.keepRaw(OpSynced, o, nil) {
+			return w.changeRaw(OpSynced, o, now, id)
+		}
+	}
+	return nil
 }
 
 // observed returns the observed-events counter of op, looked up once per op
@@ -253,70 +389,119 @@ func (w *Watcher) change(op Op, u *unstructured.Unstructured, now time.Time, sna
 	}
 }
 
-func (w *Watcher) emit(c *Change) {
+// handled records obj as the handler's latest view of its object and
+// enqueues c, if the notification emits anything, in one critical section.
+// Every notification is recorded, emitted or not: a snapshot lists what
+// the cluster holds, whatever the configured operations and filters let
+// through as live changes.
+func (w *Watcher) handled(obj any, c *Change) {
+	name, ok := nameOf(obj)
 	w.emitMu.Lock()
-	w.opt.Out.Enqueue(c)
+	if ok {
+		w.seen[name] = obj
+	}
+	if c != nil {
+		w.opt.Out.Enqueue(c)
+	}
+	w.emitMu.Unlock()
+}
+
+// gone is handled for a delete: the object leaves the handler's view.
+func (w *Watcher) gone(obj any, c *Change) {
+	name, ok := nameOf(obj)
+	w.emitMu.Lock()
+	if ok {
+		delete(w.seen, name)
+	}
+	if c != nil {
+		w.opt.Out.Enqueue(c)
+	}
 	w.emitMu.Unlock()
 }
 
 func (w *Watcher) onAdd(obj any, initial bool) {
+	if w.handleHook != nil {
+		w.handleHook()
+	}
+	if w.isSentinel(obj) {
+		return
+	}
+	w.handled(obj, w.addChange(obj, initial))
+}
+
+func (w *Watcher) addChange(obj any, initial bool) *Change {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		if r, isR := obj.(*raw.Object); isR {
-			w.onAddRaw(r, initial)
+			return w.addChangeRaw(r, initial)
 		}
-		return
+		return nil
 	}
 	if initial && w.initialID != "" {
 		if !w.shape.keep(OpSynced, u, nil) {
-			return
+			return nil
 		}
 		w.initialCount.Add(1)
-		w.emit(w.change(OpSynced, u, time.Now(), w.initialID))
-		return
+		return w.change(OpSynced, u, time.Now(), w.initialID)
 	}
 	if initial || !w.cfg.Emits(config.OpAdded) || !w.shape.keep(OpAdded, u, nil) {
-		return
+		return nil
 	}
-	w.emit(w.change(OpAdded, u, time.Now(), ""))
+	return w.change(OpAdded, u, time.Now(), "")
 }
 
 func (w *Watcher) onUpdate(oldObj, newObj any) {
-	o, ok1 := oldObj.(*unstructured.Unstructured)
-	n, ok2 := newObj.(*unstructured.Unstructured)
-	if ro, isR := oldObj.(*raw.Object); isR {
-		if rn, isR := newObj.(*raw.Object); isR {
-			w.onUpdateRaw(ro, rn)
-		}
+	if w.handleHook != nil {
+		w.handleHook()
+	}
+	if w.isSentinel(newObj) {
 		return
 	}
+	w.handled(newObj, w.updateChange(oldObj, newObj))
+}
+
+func (w *Watcher) updateChange(oldObj, newObj any) *Change {
+	if ro, isR := oldObj.(*raw.Object); isR {
+		if rn, isR := newObj.(*raw.Object); isR {
+			return w.updateChangeRaw(ro, rn)
+		}
+		return nil
+	}
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
 	// An unchanged resourceVersion is a relist or resync re-delivering what
 	// was already emitted, not a change.
 	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() || !w.cfg.Emits(config.OpUpdated) ||
 		!w.shape.keep(OpUpdated, n, o) {
-		return
+		return nil
 	}
 	c := w.change(OpUpdated, n, time.Now(), "")
 	c.OldObject = o
-	w.emit(c)
+	return c
 }
 
 func (w *Watcher) onDelete(obj any) {
+	if w.handleHook != nil {
+		w.handleHook()
+	}
 	unknown := false
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj, unknown = d.Obj, true
 	}
+	w.gone(obj, w.deleteChange(obj, unknown))
+}
+
+func (w *Watcher) deleteChange(obj any, unknown bool) *Change {
 	if r, isR := obj.(*raw.Object); isR {
-		w.onDeleteRaw(r, unknown)
-		return
+		return w.deleteChangeRaw(r, unknown)
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok || !w.cfg.Emits(config.OpDeleted) || !w.shape.keep(OpDeleted, u, nil) {
-		return
+		return nil
 	}
 	c := w.change(OpDeleted, u, time.Now(), "")
 	c.FinalStateUnknown = unknown
-	w.emit(c)
+	return c
 }
 
 // retry runs step until it succeeds or ctx ends, backing off up to RetryMax.
@@ -476,7 +661,7 @@ func (w *Watcher) newInformer() cache.SharedIndexInformer {
 		},
 	}
 	inf := cache.NewSharedIndexInformerWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(lw, w.opt.Dynamic),
+		cache.ToListWatcherWithWatchListSemantics(w.source.wrap(lw), w.opt.Dynamic),
 		&unstructured.Unstructured{},
 		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()},
 	)

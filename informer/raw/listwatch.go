@@ -78,10 +78,12 @@ type ListWatchOptions struct {
 	Rewrite func(map[string]any)
 }
 
-// NewListWatch returns a ListerWatcher whose lists and watches yield raw
-// Objects. It keeps WatchList (streaming lists) on: the initial state then
-// arrives as watch events, decoded the same way.
-func NewListWatch(o ListWatchOptions) cache.ListerWatcher {
+// NewListWatch returns the list and watch functions of a ListerWatcher
+// whose lists and watches yield raw Objects. The caller wraps them with
+// cache.ToListWatcherWithWatchListSemantics(lw, o.Client), after any
+// wrapping of its own: WatchList (streaming lists) then stays on, and the
+// initial state arrives as watch events, decoded the same way.
+func NewListWatch(o ListWatchOptions) *cache.ListWatch {
 	path := "/apis/" + o.GVR.Group + "/" + o.GVR.Version
 	if o.GVR.Group == "" {
 		path = "/api/" + o.GVR.Version
@@ -91,10 +93,10 @@ func NewListWatch(o ListWatchOptions) cache.ListerWatcher {
 	}
 	path += "/" + o.GVR.Resource
 	lw := &listWatch{o: o, path: path}
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+	return &cache.ListWatch{
 		ListWithContextFunc:  lw.list,
 		WatchFuncWithContext: lw.watch,
-	}, o.Client)
+	}
 }
 
 type listWatch struct {

@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -143,6 +144,9 @@ func New(opt Options) (*App, error) {
 			Access:   authz.SelfSubjectAccessReviews(),
 			Out:      out,
 			Logger:   opt.Logger,
+			// Informers drain first and the sinks get what is left of the
+			// same budget (Run).
+			DrainTimeout: cfg.Dispatch.DrainTimeout.Duration,
 		}))
 	}
 	return a, nil
@@ -159,6 +163,19 @@ func (f fanout) Enqueue(c *informer.Change) {
 	}
 }
 
+// SnapshotPending reports whether any sink of the resource still holds a
+// snapshot of it: the slowest sink decides when the next one may start.
+func (f fanout) SnapshotPending(keyPrefix string) bool {
+	for _, d := range f {
+		if d.SnapshotPending(keyPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+var _ informer.SnapshotTracker = fanout(nil)
+
 // Ready reports whether every informer has synced and every sink is healthy.
 func (a *App) Ready() bool {
 	for _, w := range a.watchers {
@@ -174,34 +191,46 @@ func (a *App) Ready() bool {
 	return true
 }
 
-// Run streams until ctx ends, then stops the informers and drains the sinks
-// for at most the configured drain timeout. It returns the number of events
-// that could not be delivered in that time (also logged).
+// Run streams until ctx ends, then drains: each informer hands the
+// notifications client-go already queued to the sinks, and the sinks
+// deliver what they hold, all within one configured drain timeout. It
+// returns the number of events the sinks could not deliver in that time,
+// and an error wrapping informer.ErrNotDrained for each informer whose
+// queue was not drained (both also logged).
 func (a *App) Run(ctx context.Context) (undelivered int, err error) {
 	for _, d := range a.dispatchers {
 		d.Start()
 	}
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
 	for _, w := range a.watchers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := w.Run(ctx); err != nil {
+			err := w.Run(ctx)
+			switch {
+			case errors.Is(err, informer.ErrNotDrained):
+				// The watcher logged it; it counts against the exit code.
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			case err != nil:
 				a.log.Error("watcher stopped", "resource", w.Name(), "err", err)
 			}
 		}()
 	}
 	a.log.Info("kubewire started", "version", version.Version, "resources", len(a.watchers), "sinks", len(a.dispatchers))
 	<-ctx.Done()
-	// Informers first: once they have returned, nothing new is enqueued and
-	// the dispatchers can drain to empty.
+	timeout := a.opt.Config.Dispatch.DrainTimeout.Duration
+	deadline := time.Now().Add(timeout)
+	// Informers first: once they have drained and returned, nothing new is
+	// enqueued and the dispatchers can drain to empty.
 	wg.Wait()
 
-	timeout := a.opt.Config.Dispatch.DrainTimeout.Duration
-	drainCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	drainCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	start := time.Now()
-	var mu sync.Mutex
 	var dwg sync.WaitGroup
 	for name, d := range a.dispatchers {
 		dwg.Add(1)
@@ -218,5 +247,5 @@ func (a *App) Run(ctx context.Context) (undelivered int, err error) {
 	}
 	dwg.Wait()
 	a.log.Info("kubewire stopped", "drained", time.Since(start).Round(time.Millisecond), "undelivered", undelivered)
-	return undelivered, nil
+	return undelivered, errors.Join(errs...)
 }

@@ -321,48 +321,6 @@ func TestAResourceThatMayNotBeListedIsReportedClearlyWhileOthersStream(t *testin
 	k.WaitFor(t, "configmaps to stream", has("configmaps/"+ns+"/allowed", "added"))
 }
 
-func TestPeriodicSnapshotsReadTheCacheAndNeverGoBackwards(t *testing.T) {
-	ctx := context.Background()
-	ns := namespace(t)
-	cm, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap(ns, "churn", map[string]string{"n": "0"}, nil), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := start(t, cfgHeader+fmt.Sprintf("  - {version: v1, resource: configmaps, namespaces: [%s], snapshotInterval: 10s, sinks: [out]}\n", ns), testcluster.AdminUser)
-	k.WaitFor(t, "the initial snapshot", completed("configmaps"))
-	// Churn until a periodic snapshot has completed while updates flowed.
-	pace := time.NewTicker(10 * time.Millisecond)
-	defer pace.Stop()
-	for n := 1; countCompleted(k.Events(t), "configmaps") < 2; n++ {
-		<-pace.C
-		cm.Data["n"] = fmt.Sprint(n)
-		if cm, err = kube.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if n > 3000 {
-			t.Fatal("no periodic snapshot after 3000 updates")
-		}
-	}
-	k.Shutdown(t)
-	evs := byKey(k.Events(t))["configmaps/"+ns+"/churn"]
-	var synced int
-	prev := int64(0)
-	for _, ev := range evs {
-		var rv int64
-		fmt.Sscan(ext(ev, encoding.ExtResourceVersion), &rv)
-		if rv < prev {
-			t.Fatalf("resourceVersion went backwards: %d after %d (%s)", rv, prev, ev.ID())
-		}
-		prev = rv
-		if ev.Type() == encoding.TypeSynced {
-			synced++
-		}
-	}
-	if synced != 2 {
-		t.Fatalf("got %d synced records, want 2 (initial and periodic)", synced)
-	}
-}
-
 func TestShutdownLeavesNoGoroutineBehind(t *testing.T) {
 	opts := []goleak.Option{
 		goleak.IgnoreCurrent(),

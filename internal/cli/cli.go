@@ -41,6 +41,26 @@ const (
 // errDiverged is returned by verify after it printed the differences.
 var errDiverged = errors.New("the sink's contents diverge from the cluster")
 
+// errUndelivered is returned by run when events were left neither
+// delivered nor drained at shutdown: a supervisor must see that as a
+// failure, not a clean stop.
+var errUndelivered = errors.New("events were not delivered before the drain deadline")
+
+// runApp runs the app; tests replace it to decide how a run ends.
+var runApp = (*app.App).Run
+
+// shutdownResult turns how a run ended into run's error, logging the
+// reason when the process will exit 1 for events it could not deliver.
+func shutdownResult(log *slog.Logger, undelivered int, err error) error {
+	if undelivered > 0 {
+		err = errors.Join(err, fmt.Errorf("%d %w", undelivered, errUndelivered))
+	}
+	if err != nil {
+		log.Error("shutdown lost events; exiting with code 1", "undelivered", undelivered, "err", err)
+	}
+	return err
+}
+
 // usageError is a bad flag or argument; it exits like a config error.
 type usageError struct{ error }
 
@@ -256,10 +276,21 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			}
 			if !el.enabled {
 				metrics.IsLeader.Set(1)
-				_, err = a.Run(ctx)
-				return err
+				n, err := runApp(a, ctx)
+				return shutdownResult(log, n, err)
 			}
-			return leader.Run(ctx, rc, lc, log, func(ctx context.Context) { _, _ = a.Run(ctx) })
+			// lead may still be running when a lost lease ends leader.Run.
+			runErr := make(chan error, 1)
+			err = leader.Run(ctx, rc, lc, log, func(ctx context.Context) {
+				n, err := runApp(a, ctx)
+				runErr <- shutdownResult(log, n, err)
+			})
+			select {
+			case e := <-runErr:
+				err = errors.Join(err, e)
+			default:
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")

@@ -127,6 +127,13 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 	}, []string{"resource"})
 
+	// SnapshotsDeferred counts periodic snapshots skipped because the
+	// previous one of the resource was not yet written to every sink.
+	SnapshotsDeferred = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_snapshots_deferred_total",
+		Help: "Periodic snapshots skipped because the previous snapshot of the resource was still waiting for a sink, by resource.",
+	}, []string{"resource"})
+
 	// SnapshotSize is the record count of a resource's last snapshot.
 	SnapshotSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kubewire_snapshot_size",
@@ -134,7 +141,9 @@ var (
 	}, []string{"resource"})
 )
 
-func init() { Registry.MustRegister(PublishDuration, EventLag, SnapshotDuration, SnapshotSize) }
+func init() {
+	Registry.MustRegister(PublishDuration, EventLag, SnapshotDuration, SnapshotsDeferred, SnapshotSize)
+}
 
 // Sum adds up every series of the named metric whose labels include match,
 // for tests and tools that care about a total rather than one series.

@@ -1,0 +1,165 @@
+package informer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ErrNotDrained means that at shutdown the handler had not caught up with
+// the notifications client-go had already queued for it when the drain time
+// ran out: those changes never reached the Output.
+var ErrNotDrained = errors.New("informer notifications still queued at the drain deadline")
+
+// drainName names the sentinel object. No real object has it: a name never
+// contains "/", and the store key it makes ("/kubewire-drain") cannot be a
+// namespaced key either.
+const drainName = "/kubewire-drain"
+
+// drainSource wraps an informer's list and watch so that shutdown loses
+// nothing client-go has queued. Cancelling the informer would discard the
+// listener's unbounded queue of notifications. Instead, stop closes the
+// source: the watch stops forwarding and ends with one sentinel object;
+// everything queued before the sentinel is handled before it (the
+// listener is FIFO), so when the handler meets the sentinel the informer
+// can be cancelled with nothing left behind. Lists and watches asked for
+// after that block until the informer's context ends.
+//
+// One drainSource serves one informer, whose reflector runs one list or
+// watch at a time.
+type drainSource struct {
+	sentinel runtime.Object
+	stopped  chan struct{}
+	stopOnce sync.Once
+	// sent is set once the reflector has taken the sentinel.
+	sent atomic.Bool
+}
+
+func newDrainSource(sentinel runtime.Object) *drainSource {
+	return &drainSource{sentinel: sentinel, stopped: make(chan struct{})}
+}
+
+// stop closes the source; the current or next watch delivers the sentinel.
+func (d *drainSource) stop() { d.stopOnce.Do(func() { close(d.stopped) }) }
+
+func (d *drainSource) isStopped() bool {
+	select {
+	case <-d.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// wrap returns lw with the drain behaviour. Callers apply
+// cache.ToListWatcherWithWatchListSemantics to the result, so the
+// reflector still sees whether the client can stream lists.
+func (d *drainSource) wrap(lw *cache.ListWatch) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			if d.isStopped() {
+				// A relist now would only queue more. Without a watch the
+				// sentinel cannot be delivered, and the drain reports it.
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return lw.ListWithContext(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if d.isStopped() {
+				if d.sent.Load() {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return d.watch(nil), nil
+			}
+			inner, err := lw.WatchWithContext(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return d.watch(inner), nil
+		},
+		DisableChunking: lw.DisableChunking,
+	}
+}
+
+// watch forwards inner's events until the source stops, then ends with
+// the sentinel. inner is nil for a watch started after the stop.
+func (d *drainSource) watch(inner watch.Interface) watch.Interface {
+	w := &drainWatch{d: d, out: make(chan watch.Event), done: make(chan struct{})}
+	stopInner := func() {}
+	var in <-chan watch.Event
+	if inner != nil {
+		stopInner = sync.OnceFunc(inner.Stop)
+		in = inner.ResultChan()
+	}
+	go w.run(in, stopInner)
+	return w
+}
+
+type drainWatch struct {
+	d    *drainSource
+	out  chan watch.Event
+	done chan struct{}
+	once sync.Once
+}
+
+func (w *drainWatch) ResultChan() <-chan watch.Event { return w.out }
+
+// Stop is called by the reflector, when the watch ends or the informer
+// stops.
+func (w *drainWatch) Stop() { w.once.Do(func() { close(w.done) }) }
+
+func (w *drainWatch) run(in <-chan watch.Event, stopInner func()) {
+	defer close(w.out)
+	defer stopInner()
+	for {
+		// A stop wins over an event that is ready at the same moment, so
+		// the stream ends promptly however busy the watch is.
+		select {
+		case <-w.d.stopped:
+			w.finish(stopInner)
+			return
+		default:
+		}
+		select {
+		case <-w.d.stopped:
+			w.finish(stopInner)
+			return
+		case <-w.done:
+			return
+		case e, ok := <-in:
+			if !ok {
+				// The server ended the watch; the reflector starts another.
+				return
+			}
+			select {
+			case w.out <- e:
+			case <-w.done:
+				return
+			}
+		}
+	}
+}
+
+// finish stops the real watch, delivers the sentinel once per source, and
+// keeps the stream open until the reflector stops it, so that it does not
+// start another watch meanwhile.
+func (w *drainWatch) finish(stopInner func()) {
+	stopInner()
+	if !w.d.sent.Load() {
+		select {
+		case w.out <- watch.Event{Type: watch.Added, Object: w.d.sentinel}:
+			w.d.sent.Store(true)
+		case <-w.done:
+			return
+		}
+	}
+	<-w.done
+}
