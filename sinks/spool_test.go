@@ -2,6 +2,8 @@ package sinks_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/verify"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -311,5 +314,41 @@ func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) 
 	}
 	if got := metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "isolate", "resource": other.KeyPrefix}); got != 0 {
 		t.Fatalf("kubewire_resource_blocked stayed %v after the writes succeeded", got)
+	}
+}
+
+// A consumer that applies the documented rule to what reached the broker
+// must still hold the object whose snapshot record the broker refused.
+func TestARefusedSnapshotRecordDoesNotMakeTheConsumerDeleteTheLiveObject(t *testing.T) {
+	rec := &recorder{refuse: func(ev *event.Event) bool {
+		return key(ev) == res.ObjectKey("ns", "huge") && ev.Type() == encoding.TypeSynced
+	}}
+	d := sinks.NewDispatcher("refused-record", rec, fastOptions())
+	d.Start()
+	synced := func(id, name string) *sinks.Item {
+		c := change(informer.OpSynced, name, 1)
+		c.SnapshotID = id
+		return sinks.NewItem(c)
+	}
+	// The object was added live, then a snapshot lists it again.
+	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "huge", 1)))
+	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "small", 1)))
+	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+	d.Enqueue(synced("s1", "huge"))
+	d.Enqueue(synced("s1", "small"))
+	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 2)))
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	v := verify.NewView()
+	for _, ev := range rec.events() {
+		v.Apply(ev)
+	}
+	objs := v.Objects(res.KeyPrefix)
+	if _, ok := objs[res.ObjectKey("ns", "huge")]; !ok {
+		t.Fatalf("the consumer deleted the live object whose snapshot record was refused; view holds %v", slices.Collect(maps.Keys(objs)))
+	}
+	if _, ok := objs[res.ObjectKey("ns", "small")]; !ok {
+		t.Fatalf("view lost the object whose record was delivered: %v", slices.Collect(maps.Keys(objs)))
 	}
 }
