@@ -218,19 +218,28 @@ type pipeline struct {
 func startPipeline(tb testing.TB, k benchdata.Kind, apiserver string, sink sinks.Sink, cache string) *pipeline {
 	tb.Helper()
 	p := &pipeline{ack: newAcker(sink)}
-	p.d = newDispatcher("out", p.ack)
+	p.d = newDispatcher(tb, "out", p.ack)
 	p.d.Start()
 	p.cancel, p.ran = startWatcher(tb, k, apiserver, fanout{p.d}, cache)
 	return p
 }
 
-// newDispatcher is a dispatcher with kubewire's default options.
-func newDispatcher(name string, sink sinks.Sink) *sinks.Dispatcher {
-	cfg := &config.Config{}
+// newDispatcher is a dispatcher with kubewire's default options, the disk
+// spool included (a healthy sink never uses it, but Enqueue checks it).
+func newDispatcher(tb testing.TB, name string, sink sinks.Sink) *sinks.Dispatcher {
+	cfg := &config.Config{Sinks: []config.Sink{{Name: name, Type: config.SinkTypeStdout}}}
 	cfg.ApplyDefaults()
-	return sinks.NewDispatcher(name, sink, sinks.Options{
-		Shards: cfg.Dispatch.Shards, BufferEvents: cfg.Dispatch.BufferEvents, BatchSize: cfg.Dispatch.BatchSize, Logger: quiet,
+	d := sinks.NewDispatcher(name, sink, sinks.Options{
+		Shards: cfg.Dispatch.Shards, BufferEvents: cfg.Dispatch.BufferEvents, BufferBytes: cfg.Dispatch.BufferBytes,
+		BatchSize: cfg.Dispatch.BatchSize, Logger: quiet,
 	})
+	sc := cfg.Sinks[0]
+	if sc.Overflow == config.OverflowSpool {
+		if err := d.UseSpool(sinks.SpoolOptions{Dir: tb.TempDir(), MaxBytes: sc.Spool.MaxBytes, Fsync: sc.Spool.Fsync}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return d
 }
 
 // startWatcher runs the real informer machinery and kubewire's listener for

@@ -94,7 +94,7 @@ func benchResources(b *testing.B, resources int) {
 			}
 		}
 	})
-	d := newDispatcher("out", ack)
+	d := newDispatcher(b, "out", ack)
 	d.Start()
 	defer closeDispatchers(d)
 
@@ -155,7 +155,7 @@ func benchSinks(b *testing.B, bk brokerKind, n int) {
 				replay.Ack(int(give))
 			}
 		})
-		out[s] = newDispatcher(fmt.Sprintf("out-%d", s), ackers[s])
+		out[s] = newDispatcher(b, fmt.Sprintf("out-%d", s), ackers[s])
 		out[s].Start()
 	}
 	defer closeDispatchers(out...)
