@@ -31,6 +31,9 @@ type Item struct {
 	// size is the object's byte size when the item was read back from a
 	// spool, where Change.Raw is gone.
 	size int64
+	// conflated is how many earlier changes were folded into it before it
+	// was spooled.
+	conflated int
 
 	once sync.Once
 	ev   *event.Event
@@ -232,7 +235,7 @@ func (d *Dispatcher) connect() {
 // and nothing enqueued after them is written before them.
 func (d *Dispatcher) Enqueue(it *Item) {
 	if it.Change.IsMarker() {
-		d.snapshots.add(it.Change, 1)
+		d.snapshots.add(it.Change)
 	}
 	d.lane(prefixOf(it.Change)).enqueue(it)
 }
@@ -254,6 +257,11 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 		for _, l := range lanes {
 			if l.sp.disk != nil {
 				l.sp.stopFeed()
+				if l.sp.feedDone != nil {
+					// A record the reader took from disk is in a shard
+					// before anything looks at what memory holds.
+					<-l.sp.feedDone
+				}
 			}
 			for _, s := range l.shards {
 				s.close()
@@ -305,6 +313,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]
 			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
 			d.failed(e.item.Change, "encode")
 			d.markIncomplete(e.item.Change)
+			d.snapshots.done(e.item.Change)
 			continue
 		}
 		if e.conflated > 0 || e.incomplete > 0 {
@@ -343,6 +352,9 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]
 			return events, len(batch)
 		}
 		if errors.Is(err, ErrPermanent) {
+			// The broker answered: whatever it refused, the resource's
+			// writes are not failing as a whole.
+			l.blocked(false)
 			if len(events) > 1 {
 				// Find the culprit: write one at a time, in order, so only
 				// the refused events are dropped.
@@ -382,6 +394,7 @@ func (d *Dispatcher) deliver1(l *lane, ev *event.Event, c *informer.Change) {
 		case d.work.Err() != nil:
 			return
 		case errors.Is(err, ErrPermanent):
+			l.blocked(false)
 			d.refused(ev, c, err)
 			return
 		}
@@ -412,14 +425,31 @@ func (d *Dispatcher) markIncomplete(c *informer.Change) {
 		d.incomplete = map[string]int{}
 	}
 	d.incomplete[c.SnapshotID]++
+	d.saveIncomplete()
 	d.incompleteMu.Unlock()
+}
+
+func (d *Dispatcher) restoreIncomplete(snapshotID string, n int) {
+	if n <= 0 {
+		return
+	}
+	d.incompleteMu.Lock()
+	defer d.incompleteMu.Unlock()
+	if d.incomplete == nil {
+		d.incomplete = map[string]int{}
+	}
+	d.incomplete[snapshotID] += n
+	d.saveIncomplete()
 }
 
 func (d *Dispatcher) takeIncomplete(snapshotID string) int {
 	d.incompleteMu.Lock()
 	defer d.incompleteMu.Unlock()
 	n := d.incomplete[snapshotID]
-	delete(d.incomplete, snapshotID)
+	if n > 0 {
+		delete(d.incomplete, snapshotID)
+		d.saveIncomplete()
+	}
 	return n
 }
 

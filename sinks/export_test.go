@@ -43,3 +43,9 @@ func (t *TestSpool) Next(ctx context.Context) (*event.Event, error) {
 }
 
 func (t *TestSpool) Close() error { return t.s.close() }
+
+// Depth is the number of unread records.
+func (t *TestSpool) Depth() int64 { return t.s.depth() }
+
+// Bytes is what the spool counts against MaxBytes.
+func (t *TestSpool) Bytes() int64 { return t.s.bytes.Load() }

@@ -121,7 +121,12 @@ func (l *lane) start() {
 }
 
 func (l *lane) enqueue(it *Item) {
-	if l.sp.disk != nil && l.sp.offer(l, it) {
+	if l.sp.disk != nil {
+		if !l.sp.offer(l, it) {
+			// offer found room in memory; never fold while the spool
+			// could take the overflow.
+			l.enqueueMemory(it, false)
+		}
 		return
 	}
 	l.enqueueMemory(it, l.full())
@@ -223,6 +228,13 @@ func (l *lane) leftInMemory() []*entry {
 			}
 			out = append(out, r[:j]...)
 			if j < len(r) {
+				if marker != nil && r[j].barrier != marker {
+					// Cannot happen (see arrive); if it did, a marker
+					// out of place could make consumers prune live
+					// objects, so say so loudly.
+					l.log.Error("shutdown: shards disagree on the next snapshot marker; keeping both in place")
+					out = append(out, &entry{item: marker.item, key: marker.item.Change.Key})
+				}
 				marker = r[j].barrier
 				rests[i] = r[j+1:]
 				more = true
@@ -264,6 +276,13 @@ func (l *lane) work1(s *shard) {
 			var kept int
 			events, kept = d.deliver(l, batch, events[:0])
 			if d.work.Err() != nil {
+				// Entries that could not be encoded were dropped and
+				// counted; the rest go back for shutdown to keep.
+				keptSize := int64(0)
+				for _, e := range batch[:kept] {
+					keptSize += e.size
+				}
+				l.done(n-kept, size-keptSize)
 				s.unshift(batch[:kept])
 				return
 			}
@@ -290,13 +309,14 @@ func (l *lane) arrive(b *barrier) bool {
 		}
 		d.deliver(l, []*entry{e}, nil)
 		if d.work.Err() != nil {
-			// Written again at the next start; the count goes with it
-			// only as far as this process knew it.
+			// Written again at the next start, with its count: put it
+			// back where shutdown keeps it.
 			b.remaining.Add(1)
+			d.restoreIncomplete(c.SnapshotID, e.incomplete)
 			return false
 		}
 		l.done(1, 0)
-		d.snapshots.add(b.item.Change, -1)
+		d.snapshots.done(c)
 		close(b.done)
 		return true
 	}
@@ -304,6 +324,13 @@ func (l *lane) arrive(b *barrier) bool {
 	case <-b.done:
 		return true
 	case <-d.work.Done():
-		return false
+		// Both may be ready: a marker that was written must not be
+		// queued again behind events that followed it.
+		select {
+		case <-b.done:
+			return true
+		default:
+			return false
+		}
 	}
 }

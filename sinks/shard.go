@@ -59,12 +59,12 @@ func (s *shard) push(it *Item, full bool) (appended bool, delta int64) {
 		if p := s.pending[key]; p != nil && p.epoch == s.epoch && p.item.Change.Op != informer.OpDeleted && sameObject(p.item.Change, it.Change) {
 			delta = size - p.size
 			p.item, p.size = it, size
-			p.conflated++
+			p.conflated += 1 + it.conflated
 			s.mu.Unlock()
 			return false, delta
 		}
 	}
-	e := &entry{item: it, key: key, epoch: s.epoch, size: size}
+	e := &entry{item: it, key: key, epoch: s.epoch, size: size, conflated: it.conflated}
 	s.q = append(s.q, e)
 	s.pending[key] = e
 	s.mu.Unlock()

@@ -6,10 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,39 +75,20 @@ func openSpool(opt SpoolOptions, log *slog.Logger, bytes *atomic.Int64) (*diskSp
 		return nil, fmt.Errorf("spool directory: %w", err)
 	}
 	s := &diskSpool{opt: opt, log: log, ready: make(chan struct{}), bytes: bytes}
-	metas, err := filepath.Glob(filepath.Join(opt.Dir, "seg-*.diskqueue.meta.dat"))
+	gens, err := segmentNames(opt.Dir)
 	if err != nil {
 		return nil, err
 	}
-	var gens []int64
-	for _, m := range metas {
-		name := strings.TrimSuffix(filepath.Base(m), ".diskqueue.meta.dat")
-		g, err := strconv.ParseInt(strings.TrimPrefix(name, "seg-"), 10, 64)
-		if err != nil {
-			continue
-		}
-		gens = append(gens, g)
-	}
-	slices.Sort(gens)
 	for _, g := range gens {
+		unread, err := repairSegment(opt.Dir, fmt.Sprintf("seg-%d", g))
+		if err != nil {
+			return nil, err
+		}
+		s.bytes.Add(unread)
 		s.segs = append(s.segs, s.newSegment(g))
 	}
 	if len(s.segs) > 0 {
 		close(s.ready)
-	}
-	// What a previous process left is counted by the size of its files: a
-	// little more than the unread records, which errs on the safe side of
-	// the bound.
-	if s.depth() > 0 {
-		files, _ := filepath.Glob(filepath.Join(opt.Dir, "seg-*.diskqueue.*.dat"))
-		for _, f := range files {
-			if strings.HasSuffix(f, ".meta.dat") {
-				continue
-			}
-			if fi, err := os.Stat(f); err == nil {
-				s.bytes.Add(fi.Size())
-			}
-		}
 	}
 	return s, nil
 }

@@ -352,3 +352,53 @@ func TestARefusedSnapshotRecordDoesNotMakeTheConsumerDeleteTheLiveObject(t *test
 		t.Fatalf("view lost the object whose record was delivered: %v", slices.Collect(maps.Keys(objs)))
 	}
 }
+
+func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T) {
+	dir := t.TempDir()
+	rec := &recorder{
+		refuse: func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") },
+		// The marker cannot be written before shutdown.
+		failIf: func(ev *event.Event) bool { return ev.Type() == encoding.TypeSnapshotCompleted },
+	}
+	d1 := spooled(t, "incomplete-restart", rec, dir, 1<<30)
+	d1.Start()
+	synced := func(name string) *sinks.Item {
+		c := change(informer.OpSynced, name, 1)
+		c.SnapshotID = "s1"
+		return sinks.NewItem(c)
+	}
+	d1.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+	d1.Enqueue(synced("huge"))
+	d1.Enqueue(synced("small"))
+	d1.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 2)))
+	waitFor(t, "the refusal", func() bool {
+		return metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "incomplete-restart", "reason": "refused"}) == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if n := d1.Close(ctx); n != 0 {
+		t.Fatalf("Close reported %d events neither delivered nor spooled", n)
+	}
+
+	up := &recorder{}
+	d2 := spooled(t, "incomplete-restart", up, dir, 1<<30)
+	d2.Start()
+	waitFor(t, "the completed marker", func() bool {
+		for _, ev := range up.events() {
+			if ev.Type() == encoding.TypeSnapshotCompleted {
+				return true
+			}
+		}
+		return false
+	})
+	if n := d2.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	for _, ev := range up.events() {
+		if ev.Type() == encoding.TypeSnapshotCompleted {
+			if v, _ := ev.Extensions()[encoding.ExtIncomplete].(string); v != "1" {
+				t.Fatalf("the completed marker delivered after the restart says incomplete=%q, want \"1\"", v)
+			}
+		}
+	}
+}

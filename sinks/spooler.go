@@ -39,6 +39,9 @@ type spooler struct {
 	// broken is set while the disk refuses writes: the inbox then folds
 	// changes as if the spool were full, rather than growing without bound.
 	broken atomic.Bool
+	// lost counts events that could be written neither to the sink nor to
+	// the spool at shutdown.
+	lost atomic.Int64
 
 	room  chan struct{} // the shards have room again
 	freed chan struct{} // the disk has room again
@@ -68,6 +71,7 @@ func (d *Dispatcher) UseSpool(opt SpoolOptions) error {
 	probe.Close()
 	_ = os.Remove(probe.Name())
 	d.spool = &opt
+	d.loadIncomplete()
 	d.mSpoolBytes = metrics.SpoolBytes.WithLabelValues(d.name)
 	d.mSpoolEvents = metrics.SpoolEvents.WithLabelValues(d.name)
 	d.mSpoolFull = metrics.SpoolFull.WithLabelValues(d.name)
@@ -184,10 +188,15 @@ func (sp *spooler) write(l *lane) {
 		// wait forever; the bound is overshot by what the inbox holds.
 		for sp.disk.full() && !closing() {
 			d.mSpoolFull.Set(1)
+			// The bound is shared by the sink's lanes and another lane's
+			// reader may free the room, so look again now and then.
+			t := time.NewTimer(200 * time.Millisecond)
 			select {
 			case <-sp.freed:
+			case <-t.C:
 			case <-sp.feedCtx.Done():
 			}
+			t.Stop()
 		}
 		var b *barrier
 		buf, b = sp.inbox.take(context.Background(), buf[:0], cap(buf))
@@ -212,11 +221,17 @@ func (sp *spooler) write(l *lane) {
 				d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
 				d.failed(e.item.Change, "encode")
 				d.markIncomplete(e.item.Change)
+				d.snapshots.done(e.item.Change)
 				sp.pending.Add(-1)
 				d.spoolEvents.Add(-1)
 				continue
 			}
-			sp.put(d, rec)
+			if !sp.put(d, rec, closing) {
+				sp.lost.Add(1)
+				sp.pending.Add(-1)
+				d.spoolEvents.Add(-1)
+				continue
+			}
 			d.mSpoolWritten.Inc()
 			sp.pending.Add(-1)
 		}
@@ -226,7 +241,7 @@ func (sp *spooler) write(l *lane) {
 
 // put writes rec, retrying a failing disk with backoff: the events behind
 // it must not overtake it. While the disk fails, the inbox conflates.
-func (sp *spooler) put(d *Dispatcher, rec []byte) {
+func (sp *spooler) put(d *Dispatcher, rec []byte, closing func() bool) bool {
 	b := d.newBackoff()
 	for attempt := 1; ; attempt++ {
 		err := sp.disk.put(rec)
@@ -234,7 +249,13 @@ func (sp *spooler) put(d *Dispatcher, rec []byte) {
 			if sp.broken.Swap(false) {
 				sp.log.Info("spool writes succeed again", "attempts", attempt)
 			}
-			return
+			return true
+		}
+		if closing() {
+			// Shutdown must end; the event is counted as lost.
+			metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
+			sp.log.Error("shutdown: cannot write to the spool; the event is lost", "dir", sp.disk.opt.Dir, "err", err)
+			return false
 		}
 		sp.broken.Store(true)
 		metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
@@ -316,7 +337,11 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 	if sp.feedDone != nil { // started
 		<-sp.feedDone
 		<-sp.writerDone
+	} else {
+		// Events enqueued behind a replayed spool before Start.
+		sp.write(l)
 	}
+	lost = int(sp.lost.Load())
 	var recs [][]byte
 	for _, e := range left {
 		ev, err := e.item.Event()
@@ -327,6 +352,7 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 		if err != nil {
 			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
 			d.failed(e.item.Change, "encode")
+			d.markIncomplete(e.item.Change)
 			continue
 		}
 		recs = append(recs, rec)
@@ -335,7 +361,7 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 	if err := sp.disk.prepend(recs); err != nil {
 		metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
 		sp.log.Error("shutdown: cannot spool the events still in memory", "events", len(recs), "err", err)
-		lost = len(recs)
+		lost += len(recs)
 	} else if len(recs) > 0 {
 		sp.log.Info("shutdown: spooled the events still in memory; they are delivered first on the next start",
 			"events", len(recs), "took", time.Since(start).Round(time.Millisecond))

@@ -113,7 +113,7 @@ func (r *spoolRecord) item(res func(prefix string) *informer.Resource) *Item {
 		Key:        r.key,
 		SnapshotID: r.snapshot,
 		Observed:   r.observed,
-	}, size: r.size}
+	}, size: r.size, conflated: r.conflated}
 	it.once.Do(func() { it.ev = &ev })
 	return it
 }

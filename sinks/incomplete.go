@@ -1,0 +1,56 @@
+package sinks
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/kubewire/kubewire/internal/metrics"
+)
+
+// A snapshot's completed marker may wait in the spool across a restart while
+// the count of its dropped records lives in memory. Losing the count would
+// send the marker out unmarked, and consumers would prune the objects whose
+// records were dropped. So, with a spool, the counts are kept in a file next
+// to it, rewritten whenever they change (only when a record is dropped or
+// such a marker is written, which is rare).
+const incompleteFile = "snapshots-incomplete.json"
+
+// saveIncomplete writes the counts; the caller holds incompleteMu.
+func (d *Dispatcher) saveIncomplete() {
+	if d.spool == nil {
+		return
+	}
+	path := filepath.Join(d.spool.Dir, incompleteFile)
+	if len(d.incomplete) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.log.Warn("spool: removing the incomplete-snapshot counts", "err", err)
+		}
+		return
+	}
+	b, _ := json.Marshal(d.incomplete)
+	tmp := path + ".tmp"
+	err := os.WriteFile(tmp, b, 0o600)
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
+		d.log.Error("spool: cannot keep the counts of undelivered snapshot records; a restart may lose them", "err", err)
+	}
+}
+
+// loadIncomplete reads the counts an earlier run kept.
+func (d *Dispatcher) loadIncomplete() {
+	b, err := os.ReadFile(filepath.Join(d.spool.Dir, incompleteFile))
+	if err != nil {
+		return
+	}
+	d.incompleteMu.Lock()
+	defer d.incompleteMu.Unlock()
+	if err := json.Unmarshal(b, &d.incomplete); err != nil {
+		metrics.SpoolErrors.WithLabelValues(d.name, "read").Inc()
+		d.log.Error("spool: cannot read the counts of undelivered snapshot records", "err", err)
+	}
+}
