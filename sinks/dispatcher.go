@@ -269,13 +269,30 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 		}
 		done := make(chan struct{})
 		go func() { d.wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			d.cancelWork()
-			<-done
+		// With a spool there is no point waiting out the deadline for a
+		// broker that is down: what memory holds is kept on disk anyway.
+		var stuck <-chan time.Time
+		if d.spool != nil {
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			stuck = t.C
+		}
+	wait:
+		for {
+			select {
+			case <-done:
+				break wait
+			case <-ctx.Done():
+				break wait
+			case <-stuck:
+				if d.onlyFailingLanesHoldEvents(lanes) {
+					d.log.Info("shutdown: the sink is failing; spooling what memory holds instead of waiting for it")
+					break wait
+				}
+			}
 		}
 		d.cancelWork()
+		<-done
 		for _, l := range lanes {
 			if l.sp.disk != nil {
 				undelivered += l.sp.shutdown(l, l.leftInMemory())
@@ -290,6 +307,17 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 		}
 	})
 	return undelivered
+}
+
+// onlyFailingLanesHoldEvents reports whether every lane that still holds
+// events is one whose writes are failing.
+func (d *Dispatcher) onlyFailingLanesHoldEvents(lanes []*lane) bool {
+	for _, l := range lanes {
+		if l.queued.Load() > 0 && !l.failing.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // QueuedBytes is the size of the object data waiting or in flight, for

@@ -402,3 +402,29 @@ func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T
 		}
 	}
 }
+
+func TestShutdownWithTheBrokerDownSpoolsAtOnceInsteadOfWaitingOutTheDeadline(t *testing.T) {
+	dir := t.TempDir()
+	down := &recorder{gate: make(chan struct{})}
+	d := spooled(t, "stall", down, dir, 1<<30)
+	d.Start()
+	for i := range 5 {
+		d.Enqueue(sinks.NewItem(change(informer.OpAdded, "cm"+strconv.Itoa(i), 1)))
+	}
+	waitFor(t, "a failed write", func() bool { down.mu.Lock(); defer down.mu.Unlock(); return down.writes > 0 })
+	closed := make(chan int)
+	go func() { closed <- d.Close(context.Background()) }() // no deadline at all
+	select {
+	case n := <-closed:
+		if n != 0 {
+			t.Fatalf("Close reported %d events neither delivered nor spooled", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for a broker that is down although the spool could keep the events")
+	}
+	up := &recorder{}
+	d2 := spooled(t, "stall", up, dir, 1<<30)
+	d2.Start()
+	waitFor(t, "the spooled events", func() bool { return len(up.events()) == 5 })
+	d2.Close(context.Background())
+}
