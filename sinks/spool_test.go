@@ -165,6 +165,7 @@ func TestASpoolLeftAtShutdownIsDeliveredBeforeNewEventsOnTheNextStart(t *testing
 
 func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
 	rec := &recorder{gate: make(chan struct{})}
+	conflatedBefore := metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "spool-full"})
 	d := spooled(t, "spool-full", rec, t.TempDir(), 20_000)
 	d.Start()
 	const keys, perKey = 3, 500
@@ -181,7 +182,7 @@ func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
 	})
 	// Changes that arrive once the spool is full are folded.
 	enqueue(perKey-99, perKey)
-	if metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "spool-full"}) == 0 {
+	if metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "spool-full"}) == conflatedBefore {
 		t.Fatal("the spool is full but nothing was conflated")
 	}
 	close(rec.gate)
@@ -282,9 +283,9 @@ func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) 
 		}
 		return n == perKey+1
 	})
-	if got := metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "isolate", "resource": other.KeyPrefix}); got != 1 {
-		t.Fatalf("kubewire_resource_blocked for the failing resource is %v, want 1", got)
-	}
+	waitFor(t, "kubewire_resource_blocked to name the failing resource", func() bool {
+		return metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "isolate", "resource": other.KeyPrefix}) == 1
+	})
 	if got := metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "isolate", "resource": res.KeyPrefix}); got != 0 {
 		t.Fatalf("kubewire_resource_blocked for the healthy resource is %v, want 0", got)
 	}
@@ -360,6 +361,7 @@ func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T
 		// The marker cannot be written before shutdown.
 		failIf: func(ev *event.Event) bool { return ev.Type() == encoding.TypeSnapshotCompleted },
 	}
+	refusedBefore := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "incomplete-restart", "reason": "refused"})
 	d1 := spooled(t, "incomplete-restart", rec, dir, 1<<30)
 	d1.Start()
 	synced := func(name string) *sinks.Item {
@@ -372,7 +374,7 @@ func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T
 	d1.Enqueue(synced("small"))
 	d1.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 2)))
 	waitFor(t, "the refusal", func() bool {
-		return metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "incomplete-restart", "reason": "refused"}) == 1
+		return metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "incomplete-restart", "reason": "refused"}) == refusedBefore+1
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
