@@ -327,3 +327,70 @@ func TestBadKafkaConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 		})
 	}
 }
+
+func TestSASLWithoutTLSIsRefusedUnlessAllowInsecureIsSet(t *testing.T) {
+	cases := []struct {
+		name, extra string
+		// want lists what the error must say; nil means the config is valid.
+		want []string
+		// warned reports whether Warnings mentions the clear-text SASL.
+		warned bool
+	}{
+		{
+			name:  "PLAIN without TLS is refused and the error names allowInsecure.",
+			extra: "      sasl: {mechanism: PLAIN, username: u, passwordFile: /p}\n",
+			want:  []string{"sinks[0].kafka.tls: Required value", "PLAIN", "clear text", "sinks[0].kafka.sasl.allowInsecure: true"},
+		},
+		{
+			name:  "SCRAM-SHA-256 without TLS is refused.",
+			extra: "      sasl: {mechanism: SCRAM-SHA-256, username: u, passwordFile: /p}\n",
+			want:  []string{"sinks[0].kafka.tls: Required value", "SCRAM-SHA-256", "sinks[0].kafka.sasl.allowInsecure: true"},
+		},
+		{
+			name:  "SCRAM-SHA-512 without TLS is refused.",
+			extra: "      sasl: {mechanism: SCRAM-SHA-512, username: u, passwordEnv: KAFKA_PASSWORD}\n",
+			want:  []string{"sinks[0].kafka.tls: Required value", "SCRAM-SHA-512", "sinks[0].kafka.sasl.allowInsecure: true"},
+		},
+		{
+			name:  "allowInsecure: false is the same as leaving it out.",
+			extra: "      sasl: {mechanism: PLAIN, username: u, passwordFile: /p, allowInsecure: false}\n",
+			want:  []string{"sinks[0].kafka.tls: Required value", "sinks[0].kafka.sasl.allowInsecure: true"},
+		},
+		{
+			name:  "PLAIN over TLS is accepted without a warning.",
+			extra: "      tls: {caFile: /ca.pem}\n      sasl: {mechanism: PLAIN, username: u, passwordFile: /p}\n",
+		},
+		{
+			name:  "SCRAM over TLS with the system roots (an empty tls block) is accepted.",
+			extra: "      tls: {}\n      sasl: {mechanism: SCRAM-SHA-512, username: u, passwordFile: /p}\n",
+		},
+		{
+			name:   "PLAIN without TLS is accepted with allowInsecure: true, and warned about.",
+			extra:  "      sasl: {mechanism: PLAIN, username: u, passwordFile: /p, allowInsecure: true}\n",
+			warned: true,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(kafkaBase + c.extra))
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("the configuration was refused: %v", err)
+				}
+				warned := strings.Contains(strings.Join(cfg.Warnings(), "\n"), "sinks[0].kafka.sasl.allowInsecure")
+				if warned != c.warned {
+					t.Errorf("warned about allowInsecure = %v, want %v; warnings: %q", warned, c.warned, cfg.Warnings())
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("the configuration was accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error lacks %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+}

@@ -69,6 +69,17 @@ func (c *Config) Warnings() []string {
 				i, shape.LastAppliedAnnotation, r.Sinks))
 		}
 	}
+	for i, s := range c.Sinks {
+		if s.Type == SinkTypeKafka && s.Kafka != nil && s.Kafka.SASL != nil && s.Kafka.SASL.AllowInsecure && s.Kafka.TLS == nil {
+			ws = append(ws, fmt.Sprintf("sinks[%d].kafka.sasl.allowInsecure: true: SASL %s runs without TLS, so %s and every event cross the network in clear text",
+				i, saslMechanismName(s.Kafka.SASL.Mechanism), saslSecretName(s.Kafka.SASL.Mechanism)))
+		}
+		if s.Type == SinkTypeNATS && s.NATS != nil && s.NATS.Auth != nil && s.NATS.Auth.AllowInsecure && !s.NATS.usesTLS() {
+			if secret := natsClearSecret(s.NATS.Auth); secret != "" {
+				ws = append(ws, fmt.Sprintf("sinks[%d].nats.auth.allowInsecure: true: the %s and every event cross the network in clear text (no tls block and no tls:// server)", i, secret))
+			}
+		}
+	}
 	return ws
 }
 
