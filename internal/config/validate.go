@@ -247,9 +247,9 @@ func validateResource(p *field.Path, r *Resource, sinkNames []string) field.Erro
 		}
 	}
 	if r.FieldSelector != "" {
-		if _, err := fields.ParseSelector(r.FieldSelector); err != nil {
+		if why := fieldSelectorProblem(r.FieldSelector); why != "" {
 			errs = append(errs, field.Invalid(p.Child("fieldSelector"), r.FieldSelector,
-				"must be a valid field selector such as \"metadata.name!=x\": "+err.Error()))
+				"must be a valid field selector such as \"metadata.name!=x\": "+why))
 		}
 	}
 
@@ -300,6 +300,22 @@ func validateResource(p *field.Path, r *Resource, sinkNames []string) field.Erro
 		}
 	}
 	return errs
+}
+
+// fieldSelectorProblem returns why s is not a usable field selector, or "".
+// fields.ParseSelector accepts a requirement without a field ("=x"), which
+// the API server would refuse at watch time; it is caught here instead.
+func fieldSelectorProblem(s string) string {
+	sel, err := fields.ParseSelector(s)
+	if err != nil {
+		return err.Error()
+	}
+	for _, req := range sel.Requirements() {
+		if req.Field == "" {
+			return fmt.Sprintf("the requirement %q has no field name", string(req.Operator)+req.Value)
+		}
+	}
+	return ""
 }
 
 func quoteAll(vs []string) string {
