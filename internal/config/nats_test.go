@@ -386,3 +386,56 @@ func TestNATSPasswordsAndTokensWithoutTLSAreRefusedUnlessAllowInsecureIsSet(t *t
 		})
 	}
 }
+
+func TestANATSSubjectWithoutNameIsValidButWarned(t *testing.T) {
+	const tmpl = `subject: "kubewire.{cluster}.{group}.{version}.{resource}.{namespace}.{name}"`
+	cases := []struct {
+		name, subject string
+		want          []string // what the one warning says; nil means no warning
+	}{
+		{
+			name:    "The default template is not warned about.",
+			subject: "",
+		},
+		{
+			name:    "A template with every placeholder is not warned about.",
+			subject: tmpl,
+		},
+		{
+			name:    "A template without {name} is warned about with the sink's path and the template.",
+			subject: `subject: "kubewire.{cluster}.{resource}.{namespace}"`,
+			want:    []string{`sinks[0].nats.subject: "kubewire.{cluster}.{resource}.{namespace}"`, "{name}", "share a subject"},
+		},
+		{
+			name:    "A fixed subject is warned about.",
+			subject: `subject: "events"`,
+			want:    []string{`sinks[0].nats.subject: "events"`, "{name}"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The base config provisions a stream whose subjects must cover the
+			// template; drop it so that any template is valid.
+			y := natsEdit(tmpl, c.subject, `          subjects: ["kubewire.>"]`+"\n", "")
+			cfg, err := config.Parse([]byte(y))
+			if err != nil {
+				t.Fatalf("the configuration was refused: %v", err)
+			}
+			ws := cfg.Warnings()
+			if c.want == nil {
+				if len(ws) != 0 {
+					t.Fatalf("warnings = %q, want none", ws)
+				}
+				return
+			}
+			if len(ws) != 1 {
+				t.Fatalf("warnings = %q, want one", ws)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(ws[0], w) {
+					t.Errorf("the warning lacks %q: %s", w, ws[0])
+				}
+			}
+		})
+	}
+}

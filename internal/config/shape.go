@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -73,6 +74,10 @@ func (c *Config) Warnings() []string {
 		if s.Type == SinkTypeKafka && s.Kafka != nil && s.Kafka.SASL != nil && s.Kafka.SASL.AllowInsecure && s.Kafka.TLS == nil {
 			ws = append(ws, fmt.Sprintf("sinks[%d].kafka.sasl.allowInsecure: true: SASL %s runs without TLS, so %s and every event cross the network in clear text",
 				i, saslMechanismName(s.Kafka.SASL.Mechanism), saslSecretName(s.Kafka.SASL.Mechanism)))
+		}
+		if s.Type == SinkTypeNATS && s.NATS != nil && s.NATS.Subject != "" && !strings.Contains(s.NATS.Subject, "{name}") {
+			ws = append(ws, fmt.Sprintf("sinks[%d].nats.subject: %q has no {name}: different objects share a subject, so consumers cannot select one object by subject, and per-subject limits or last-per-subject delivery mix objects",
+				i, s.NATS.Subject))
 		}
 		if s.Type == SinkTypeNATS && s.NATS != nil && s.NATS.Auth != nil && s.NATS.Auth.AllowInsecure && !s.NATS.usesTLS() {
 			if secret := natsClearSecret(s.NATS.Auth); secret != "" {
