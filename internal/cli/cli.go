@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -158,7 +161,7 @@ func newValidate(stdout io.Writer) *cobra.Command {
 			if path == "" {
 				return usageError{errors.New("--config is required")}
 			}
-			cfg, err := config.Load(path)
+			cfg, err := loadConfig(path)
 			if err != nil {
 				return err
 			}
@@ -184,11 +187,17 @@ func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			if path == "" || sink == "" {
 				return usageError{errors.New("--config and --sink are required")}
 			}
+			if timeout <= 0 {
+				return usageError{fmt.Errorf("--timeout %s: must be greater than 0", timeout)}
+			}
 			if _, err := g.logger(stderr); err != nil {
 				return err
 			}
-			cfg, err := config.Load(path)
+			cfg, err := loadConfig(path)
 			if err != nil {
+				return err
+			}
+			if err := verifiableSink(cfg, sink); err != nil {
 				return err
 			}
 			rc, err := restConfig(kubeconfig, kubecontext)
@@ -238,11 +247,14 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			if path == "" {
 				return usageError{errors.New("--config is required")}
 			}
+			if err := checkListenAddress("--http-address", httpAddr); err != nil {
+				return err
+			}
 			log, err := g.logger(stderr)
 			if err != nil {
 				return err
 			}
-			cfg, err := config.Load(path)
+			cfg, err := loadConfig(path)
 			if err != nil {
 				return err
 			}
@@ -337,18 +349,109 @@ func (f *electionFlags) config() (leader.Config, error) {
 	return leader.Config{LeaseName: f.id, Namespace: ns, LeaseDuration: f.lease, RenewDeadline: f.renew, RetryPeriod: f.retry}, nil
 }
 
+// loadConfig loads the config file. A file that cannot be read (missing,
+// a directory, no permission) is a usage error: the path on the command
+// line is wrong, and retrying will not help.
+func loadConfig(path string) (*config.Config, error) {
+	cfg, err := config.Load(path)
+	var ce *config.Error
+	switch {
+	case err == nil || errors.As(err, &ce):
+		return cfg, err
+	case isDir(path):
+		return nil, usageError{fmt.Errorf("--config %s is a directory; give the path of the config file", path)}
+	default:
+		return nil, usageError{fmt.Errorf("--config %s: %w", path, err)}
+	}
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// verifiableSink checks, before anything connects, that verify can read
+// the sink named: it exists, keeps what it is sent, and receives at least
+// one resource.
+func verifiableSink(cfg *config.Config, name string) error {
+	sc, ok := cfg.Sink(name)
+	if !ok {
+		names := make([]string, len(cfg.Sinks))
+		for i, s := range cfg.Sinks {
+			names[i] = strconv.Quote(s.Name)
+		}
+		return usageError{fmt.Errorf("--sink %q: no such sink in the config (defined: %s)", name, strings.Join(names, ", "))}
+	}
+	if sc.Type != config.SinkTypeKafka && sc.Type != config.SinkTypeNATS {
+		return usageError{fmt.Errorf("--sink %q: a %s sink keeps nothing to read back; name a kafka or nats (jetstream) sink", name, sc.Type)}
+	}
+	for _, r := range cfg.Resources {
+		if slices.Contains(r.Sinks, name) {
+			return nil
+		}
+	}
+	return usageError{fmt.Errorf("--sink %q: no resource is routed to this sink, so there is nothing to compare", name)}
+}
+
+// checkListenAddress rejects an address that net.Listen could never bind,
+// so that a typo exits 2 before anything starts. "" (disabled) is fine.
+func checkListenAddress(flag, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return usageError{fmt.Errorf("%s %q: must be host:port or :port, such as \":9090\": %w", flag, addr, err)}
+	}
+	return nil
+}
+
 // restConfig follows client-go's standard loading rules: an explicit
 // --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster
-// service account.
+// service account. It reads only local files and the environment, so every
+// failure is a usage error: a path, a context or the environment is wrong.
 func restConfig(kubeconfig, kubecontext string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
+	if kubeconfig == "" {
+		// client-go skips $KUBECONFIG files that do not exist, and then
+		// fails with a message that names neither the variable nor a file.
+		if err := kubeconfigEnvExists(rules.Precedence); err != nil {
+			return nil, err
+		}
+	}
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubecontext}
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("finding the cluster: %w", err)
+		from := "from --kubeconfig " + kubeconfig
+		switch env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); {
+		case kubeconfig != "":
+		case env != "":
+			from = "from $KUBECONFIG " + env
+		default:
+			from = "(tried ~/.kube/config and the in-cluster service account; set --kubeconfig or $KUBECONFIG)"
+		}
+		return nil, usageError{fmt.Errorf("finding the cluster %s: %w", from, err)}
 	}
 	return rc, nil
+}
+
+// kubeconfigEnvExists reports an error naming $KUBECONFIG when it is set
+// and none of the files it lists exists.
+func kubeconfigEnvExists(paths []string) error {
+	env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar)
+	if env == "" {
+		return nil
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return nil
+		}
+	}
+	return usageError{fmt.Errorf("finding the cluster: $KUBECONFIG is %q, and no file it lists exists", env)}
 }
 
 // signalContext is cancelled by the first SIGINT or SIGTERM, which starts a

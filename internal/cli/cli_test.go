@@ -2,11 +2,13 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/config"
 )
@@ -158,10 +160,78 @@ func TestBadFlagsExitWith2(t *testing.T) {
 	}
 }
 
-func TestAMissingConfigFileIsAnErrorNamingTheFile(t *testing.T) {
-	code, _, errOut := run("validate", "--config", "/nonexistent/kubewire.yaml")
-	if code == cli.ExitOK || !strings.Contains(errOut, "/nonexistent/kubewire.yaml") {
-		t.Fatalf("exit %d, stderr %q", code, errOut)
+func TestUsageAndConfigPathErrorsExitWith2AndNameTheCulprit(t *testing.T) {
+	cfg, kc, dir := write(t, good), write(t, kubeconfig), t.TempDir()
+	const kafkaSink = "  - name: events\n    type: kafka\n    kafka: {brokers: [\"kafka:9092\"]}\n"
+	kafkaCfg := write(t, good+kafkaSink)
+	routedCfg := write(t, mutate(t, "sinks: [out]", "sinks: [out, events]")+kafkaSink)
+	cases := []struct {
+		name string
+		args []string
+		// kubeconfigEnv, when set, is $KUBECONFIG for the case.
+		kubeconfigEnv string
+		mention       []string
+	}{
+		{"validate with a missing config file names the file",
+			[]string{"validate", "--config", "/nonexistent/kubewire.yaml"}, "",
+			[]string{"--config", "/nonexistent/kubewire.yaml", "no such file"}},
+		{"run with a missing config file names the file",
+			[]string{"run", "--config", "/nonexistent/kubewire.yaml", "--kubeconfig", kc}, "",
+			[]string{"/nonexistent/kubewire.yaml", "no such file"}},
+		{"verify with a missing config file names the file",
+			[]string{"verify", "--config", "/nonexistent/kubewire.yaml", "--sink", "out", "--kubeconfig", kc}, "",
+			[]string{"/nonexistent/kubewire.yaml", "no such file"}},
+		{"a directory given as the config says so",
+			[]string{"validate", "--config", dir}, "",
+			[]string{dir, "is a directory"}},
+		{"a missing --kubeconfig file names the file",
+			[]string{"run", "--config", cfg, "--kubeconfig", "/nonexistent/kubeconfig", "--http-address", ""}, "",
+			[]string{"/nonexistent/kubeconfig"}},
+		{"a missing $KUBECONFIG file names the file and the variable",
+			[]string{"run", "--config", cfg, "--http-address", ""}, "/nonexistent/kc.yaml",
+			[]string{"$KUBECONFIG", "/nonexistent/kc.yaml"}},
+		{"an unknown --context names the context",
+			[]string{"run", "--config", cfg, "--kubeconfig", kc, "--context", "nosuch", "--http-address", ""}, "",
+			[]string{"nosuch"}},
+		{"an --http-address that is not host:port names the flag and the value",
+			[]string{"run", "--config", cfg, "--kubeconfig", kc, "--http-address", "9090"}, "",
+			[]string{"--http-address", "9090"}},
+		{"an --http-address with a port out of range names the flag and the value",
+			[]string{"run", "--config", cfg, "--kubeconfig", kc, "--http-address", ":99999"}, "",
+			[]string{"--http-address", ":99999"}},
+		{"a --timeout that is not a duration is a usage error",
+			[]string{"verify", "--config", routedCfg, "--sink", "events", "--kubeconfig", kc, "--timeout", "soon"}, "",
+			[]string{"--timeout", "soon"}},
+		{"a --timeout of zero is a usage error",
+			[]string{"verify", "--config", routedCfg, "--sink", "events", "--kubeconfig", kc, "--timeout", "0s"}, "",
+			[]string{"--timeout", "greater than 0"}},
+		{"verify with an unknown sink lists the sinks before looking for the cluster",
+			[]string{"verify", "--config", cfg, "--sink", "nosuch", "--kubeconfig", "/nonexistent/kubeconfig"}, "",
+			[]string{`--sink "nosuch"`, `"out"`}},
+		{"verify of a stdout sink says it keeps nothing to read back",
+			[]string{"verify", "--config", cfg, "--sink", "out", "--kubeconfig", "/nonexistent/kubeconfig"}, "",
+			[]string{`--sink "out"`, "stdout", "nothing to read back"}},
+		{"verify of a sink no resource routes to says so",
+			[]string{"verify", "--config", kafkaCfg, "--sink", "events", "--kubeconfig", "/nonexistent/kubeconfig"}, "",
+			[]string{`--sink "events"`, "no resource"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("KUBECONFIG", tc.kubeconfigEnv)
+			defer cli.SetRunApp(func(*app.App, context.Context) (int, error) {
+				t.Error("the app ran")
+				return 0, nil
+			})()
+			code, _, errOut := run(tc.args...)
+			if code != cli.ExitConfig {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, cli.ExitConfig, errOut)
+			}
+			for _, m := range tc.mention {
+				if !strings.Contains(errOut, m) {
+					t.Errorf("stderr does not mention %q:\n%s", m, errOut)
+				}
+			}
+		})
 	}
 }
 

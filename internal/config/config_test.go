@@ -136,6 +136,16 @@ func TestBadConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 			want: []string{`resources[0].fieldSelector: Invalid value: "metadata.name"`, "must be a valid field selector"},
 		},
 		{
+			name: "A field selector without a field name is rejected.",
+			yaml: edit("fieldSelector: metadata.name!=skip", `fieldSelector: "=x"`),
+			want: []string{`resources[0].fieldSelector: Invalid value: "=x"`, "must be a valid field selector", `the requirement "=x" has no field name`},
+		},
+		{
+			name: "A field selector names the one requirement that lacks a field name.",
+			yaml: edit("fieldSelector: metadata.name!=skip", `fieldSelector: "metadata.name!=skip,!=y"`),
+			want: []string{`resources[0].fieldSelector: Invalid value: "metadata.name!=skip,!=y"`, `the requirement "!=y" has no field name`},
+		},
+		{
 			name: "An unknown operation lists the supported ones.",
 			yaml: edit("operations: [added, updated, deleted, synced]", "operations: [added, removed]"),
 			want: []string{`resources[0].operations[1]: Unsupported value: "removed"`, `supported values: "added", "updated", "deleted", "synced"`},

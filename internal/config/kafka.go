@@ -183,6 +183,11 @@ type KafkaSASL struct {
 	// PasswordFile or PasswordEnv (exactly one) holds the password.
 	PasswordFile string `json:"passwordFile,omitempty"`
 	PasswordEnv  string `json:"passwordEnv,omitempty"`
+	// AllowInsecure accepts SASL without a tls block. Without TLS, PLAIN
+	// sends the password in clear text, and with every mechanism the events
+	// themselves cross the network unencrypted, so validation refuses it
+	// unless this is true. Only for tests and trusted networks.
+	AllowInsecure bool `json:"allowInsecure,omitempty"`
 }
 
 // KafkaCreateTopics is how kubewire creates topics that do not exist.
@@ -448,6 +453,11 @@ func validateKafkaSink(p *field.Path, k *KafkaSink) field.ErrorList {
 
 	if s := k.SASL; s != nil {
 		errs = append(errs, validateKafkaSASL(p.Child("sasl"), s)...)
+		if k.TLS == nil && !s.AllowInsecure {
+			errs = append(errs, field.Required(p.Child("tls"), fmt.Sprintf(
+				"SASL %s without TLS sends %s and every event in clear text; add a tls block (tls: {} uses the system roots), or set %s: true to accept that",
+				saslMechanismName(s.Mechanism), saslSecretName(s.Mechanism), p.Child("sasl", "allowInsecure"))))
+		}
 	}
 
 	if c := k.CreateTopics; c != nil {
@@ -491,6 +501,23 @@ func validateKafkaBroker(p *field.Path, b string, earlier []string) field.ErrorL
 		return field.ErrorList{field.Invalid(p, b, `must be host:port, e.g. "kafka:9092"`)}
 	}
 	return nil
+}
+
+// saslMechanismName names the mechanism in messages, or says it is unset.
+func saslMechanismName(m string) string {
+	if m == "" {
+		return "(no mechanism)"
+	}
+	return m
+}
+
+// saslSecretName says what an eavesdropper learns from the mechanism's
+// handshake.
+func saslSecretName(m string) string {
+	if m == KafkaSASLPlain {
+		return "the password"
+	}
+	return "the user name"
 }
 
 func validateKafkaSASL(p *field.Path, s *KafkaSASL) field.ErrorList {

@@ -327,3 +327,150 @@ func TestBadKafkaConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 		})
 	}
 }
+
+func TestSASLWithoutTLSIsRefusedUnlessAllowInsecureIsSet(t *testing.T) {
+	cases := []struct {
+		name, extra string
+		// want lists what the error must say; nil means the config is valid.
+		want []string
+		// warned reports whether Warnings mentions the clear-text SASL.
+		warned bool
+	}{
+		{
+			name:  "PLAIN without TLS is refused and the error names allowInsecure.",
+			extra: "      sasl: {mechanism: PLAIN, username: u, passwordFile: /p}\n",
+			want:  []string{"sinks[0].kafka.tls: Required value", "PLAIN", "clear text", "sinks[0].kafka.sasl.allowInsecure: true"},
+		},
+		{
+			name:  "SCRAM-SHA-256 without TLS is refused.",
+			extra: "      sasl: {mechanism: SCRAM-SHA-256, username: u, passwordFile: /p}\n",
+			want:  []string{"sinks[0].kafka.tls: Required value", "SCRAM-SHA-256", "sinks[0].kafka.sasl.allowInsecure: true"},
+		},
+		{
+			name:  "SCRAM-SHA-512 without TLS is refused.",
+			extra: "      sasl: {mechanism: SCRAM-SHA-512, username: u, passwordEnv: KAFKA_PASSWORD}\n",
+			want:  []string{"sinks[0].kafka.tls: Required value", "SCRAM-SHA-512", "sinks[0].kafka.sasl.allowInsecure: true"},
+		},
+		{
+			name:  "allowInsecure: false is the same as leaving it out.",
+			extra: "      sasl: {mechanism: PLAIN, username: u, passwordFile: /p, allowInsecure: false}\n",
+			want:  []string{"sinks[0].kafka.tls: Required value", "sinks[0].kafka.sasl.allowInsecure: true"},
+		},
+		{
+			name:  "PLAIN over TLS is accepted without a warning.",
+			extra: "      tls: {caFile: /ca.pem}\n      sasl: {mechanism: PLAIN, username: u, passwordFile: /p}\n",
+		},
+		{
+			name:  "SCRAM over TLS with the system roots (an empty tls block) is accepted.",
+			extra: "      tls: {}\n      sasl: {mechanism: SCRAM-SHA-512, username: u, passwordFile: /p}\n",
+		},
+		{
+			name:   "PLAIN without TLS is accepted with allowInsecure: true, and warned about.",
+			extra:  "      sasl: {mechanism: PLAIN, username: u, passwordFile: /p, allowInsecure: true}\n",
+			warned: true,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(kafkaBase + c.extra))
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("the configuration was refused: %v", err)
+				}
+				warned := strings.Contains(strings.Join(cfg.Warnings(), "\n"), "sinks[0].kafka.sasl.allowInsecure")
+				if warned != c.warned {
+					t.Errorf("warned about allowInsecure = %v, want %v; warnings: %q", warned, c.warned, cfg.Warnings())
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("the configuration was accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error lacks %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+}
+
+// An explicit 0 where 0 is not a usable value used to be replaced by the
+// default without a word, unlike the same mistake at the top level.
+func TestAnExplicitZeroInASinkBlockIsRejectedRatherThanDefaulted(t *testing.T) {
+	nats := func(old, new string) string { return natsEdit(old, new) }
+	cases := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{
+			name: "kafka batch.maxMessages: 0 is rejected with its path.",
+			yaml: kafkaBase + "      batch: {maxMessages: 0}\n",
+			want: []string{"sinks[0].kafka.batch.maxMessages: Invalid value: 0", "omit the field for the default (1000)"},
+		},
+		{
+			name: "kafka batch.maxBytes: 0 is rejected with its path.",
+			yaml: kafkaBase + "      batch: {maxBytes: 0}\n",
+			want: []string{"sinks[0].kafka.batch.maxBytes: Invalid value: 0", "omit the field for the default"},
+		},
+		{
+			name: "kafka createTopics.partitions: 0 is rejected with its path.",
+			yaml: kafkaBase + "      createTopics: {partitions: 0}\n",
+			want: []string{"sinks[0].kafka.createTopics.partitions: Invalid value: 0", "-1 (the broker's default) or at least 1"},
+		},
+		{
+			name: "kafka createTopics.replicationFactor: 0 is rejected with its path.",
+			yaml: kafkaBase + "      createTopics: {replicationFactor: 0}\n",
+			want: []string{"sinks[0].kafka.createTopics.replicationFactor: Invalid value: 0", "-1 (the broker's default)"},
+		},
+		{
+			name: "nats reconnectBufferBytes: 0 is rejected with its path.",
+			yaml: nats("reconnectBufferBytes: 1048576", "reconnectBufferBytes: 0"),
+			want: []string{"sinks[0].nats.reconnectBufferBytes: Invalid value: 0", "-1 (no buffer while reconnecting)"},
+		},
+		{
+			name: "nats jetstream.maxPending: 0 is rejected with its path.",
+			yaml: nats("maxPending: 256", "maxPending: 0"),
+			want: []string{"sinks[0].nats.jetstream.maxPending: Invalid value: 0", "omit the field for the default (256)"},
+		},
+		{
+			name: "nats jetstream.stream.replicas: 0 is rejected with its path.",
+			yaml: nats("replicas: 3", "replicas: 0"),
+			want: []string{"sinks[0].nats.jetstream.stream.replicas: Invalid value: 0", "between 1 and 5"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(c.yaml))
+			if err == nil {
+				t.Fatal("the configuration was accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error lacks %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestMeaningfulZerosAndNullsAreAccepted(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+	}{
+		{"kafka batch.linger: 0 means send at once.", kafkaBase + "      batch: {linger: 0}\n"},
+		{"nats jetstream.stream.maxBytes: 0 means no size limit.", natsEdit("maxBytes: 1073741824", "maxBytes: 0")},
+		{"nats maxReconnects: 0 means never reconnect.", natsEdit("maxReconnects: -1", "maxReconnects: 0")},
+		{"A null number is the same as leaving it out.", kafkaBase + "      batch: {maxMessages: null}\n"},
+		{"A null top-level number is the same as leaving it out.", edit("qps: 50", "qps: null")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := config.Parse([]byte(c.yaml)); err != nil {
+				t.Fatalf("the configuration was refused: %v", err)
+			}
+		})
+	}
+}

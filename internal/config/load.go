@@ -101,7 +101,7 @@ func decode(data []byte) (*Config, field.ErrorList) {
 	}
 
 	applyDefaults(cfg, tc.given)
-	for _, ve := range validate(cfg) {
+	for _, ve := range append(validate(cfg), validateExplicitZeros(cfg, tc.given)...) {
 		// A value already reported for its type was dropped; errors about
 		// the resulting empty value would only be noise.
 		if !tc.covers(ve.Field) {
@@ -174,10 +174,12 @@ func (tc *typeChecker) check(v any, t reflect.Type, p *field.Path) bool {
 				continue
 			}
 			child := childPath(p, name)
-			if tc.check(val, t.Field(i).Type, child) {
-				tc.given[child.String()] = true
-			} else {
+			switch {
+			case !tc.check(val, t.Field(i).Type, child):
 				m[name] = nil
+			case val != nil:
+				// null is the same as leaving the field out.
+				tc.given[child.String()] = true
 			}
 		}
 	case reflect.Slice:

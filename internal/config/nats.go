@@ -133,6 +133,11 @@ type NATSAuth struct {
 	// TokenFile or TokenEnv holds an authentication token.
 	TokenFile string `json:"tokenFile,omitempty"`
 	TokenEnv  string `json:"tokenEnv,omitempty"`
+	// AllowInsecure accepts a password or token without TLS (no tls block
+	// and no tls:// server), which sends the secret in clear text.
+	// Validation refuses that unless this is true. Credentials files and
+	// nkeys sign a challenge instead, so they need no such flag.
+	AllowInsecure bool `json:"allowInsecure,omitempty"`
 }
 
 // NATSJetStream tunes the JetStream mode.
@@ -302,6 +307,11 @@ func validateNATSSink(p *field.Path, n *NATSSink) field.ErrorList {
 
 	if a := n.Auth; a != nil {
 		errs = append(errs, validateNATSAuth(p.Child("auth"), a)...)
+		if secret := natsClearSecret(a); secret != "" && !n.usesTLS() && !a.AllowInsecure {
+			errs = append(errs, field.Required(p.Child("tls"), fmt.Sprintf(
+				"auth sends the %s in clear text without TLS; add a tls block (tls: {} uses the system roots) or use tls:// server URLs, or set %s: true to accept that",
+				secret, p.Child("auth", "allowInsecure"))))
+		}
 	}
 
 	if mr := n.MaxReconnects; mr != nil && *mr < -1 {
@@ -324,6 +334,32 @@ func validateNATSSink(p *field.Path, n *NATSSink) field.ErrorList {
 		errs = append(errs, validateNATSJetStream(jp, n.JetStream, n.Subject)...)
 	}
 	return errs
+}
+
+// usesTLS reports whether the sink connects with TLS: a tls block, or any
+// tls:// server URL (the client then uses TLS for every server).
+func (n *NATSSink) usesTLS() bool {
+	if n.TLS != nil {
+		return true
+	}
+	for _, s := range n.Servers {
+		if strings.HasPrefix(s, "tls://") {
+			return true
+		}
+	}
+	return false
+}
+
+// natsClearSecret names the secret that auth a sends to the server as is
+// ("password" or "token"), or returns "" when it sends none.
+func natsClearSecret(a *NATSAuth) string {
+	switch {
+	case a.User != "" || a.PasswordFile != "" || a.PasswordEnv != "":
+		return "password"
+	case a.TokenFile != "" || a.TokenEnv != "":
+		return "token"
+	}
+	return ""
 }
 
 func validateNATSServer(p *field.Path, s string, earlier []string) field.ErrorList {

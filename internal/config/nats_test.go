@@ -321,3 +321,121 @@ func TestBadNATSConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 		})
 	}
 }
+
+func TestNATSPasswordsAndTokensWithoutTLSAreRefusedUnlessAllowInsecureIsSet(t *testing.T) {
+	const noTLS = "      tls:\n        caFile: /etc/nats/ca.pem\n        certFile: /etc/nats/tls.crt\n        keyFile: /etc/nats/tls.key\n        serverName: nats.internal\n"
+	const plainServers = `servers: ["nats://nats-0:4222", "nats://nats-1:4222"]`
+	const mixedServers = `servers: ["nats://nats-0:4222", "tls://nats-1:4222"]`
+	const userAuth = "        user: kubewire\n        passwordFile: /etc/nats/password\n"
+	cases := []struct {
+		name string
+		yaml string
+		// want lists what the error must say; nil means the config is valid.
+		want   []string
+		warned bool
+	}{
+		{
+			name: "A user and password over nats:// without a tls block is refused and the error names allowInsecure.",
+			yaml: natsEdit(noTLS, "", mixedServers, plainServers),
+			want: []string{"sinks[0].nats.tls: Required value", "password", "clear text", "sinks[0].nats.auth.allowInsecure: true"},
+		},
+		{
+			name: "A token over nats:// without a tls block is refused.",
+			yaml: natsEdit(noTLS, "", mixedServers, plainServers, userAuth, "        tokenEnv: NATS_TOKEN\n"),
+			want: []string{"sinks[0].nats.tls: Required value", "token", "sinks[0].nats.auth.allowInsecure: true"},
+		},
+		{
+			name: "A user and password are accepted when every server URL is tls://.",
+			yaml: natsEdit(noTLS, "", mixedServers, `servers: ["tls://nats-0:4222", "tls://nats-1:4222"]`),
+		},
+		{
+			name: "A user and password are accepted when one server URL is tls://, which turns TLS on for every server.",
+			yaml: natsEdit(noTLS, ""),
+		},
+		{
+			name: "An nkey seed over nats:// is accepted: the seed never leaves kubewire.",
+			yaml: natsEdit(noTLS, "", mixedServers, plainServers, userAuth, "        nkeySeedFile: /etc/nats/user.nk\n"),
+		},
+		{
+			name:   "A user and password over nats:// are accepted with allowInsecure: true, and warned about.",
+			yaml:   natsEdit(noTLS, "", mixedServers, plainServers, userAuth, userAuth+"        allowInsecure: true\n"),
+			warned: true,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(c.yaml))
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("the configuration was refused: %v", err)
+				}
+				warned := strings.Contains(strings.Join(cfg.Warnings(), "\n"), "sinks[0].nats.auth.allowInsecure")
+				if warned != c.warned {
+					t.Errorf("warned about allowInsecure = %v, want %v; warnings: %q", warned, c.warned, cfg.Warnings())
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("the configuration was accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error lacks %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestANATSSubjectWithoutNameIsValidButWarned(t *testing.T) {
+	const tmpl = `subject: "kubewire.{cluster}.{group}.{version}.{resource}.{namespace}.{name}"`
+	cases := []struct {
+		name, subject string
+		want          []string // what the one warning says; nil means no warning
+	}{
+		{
+			name:    "The default template is not warned about.",
+			subject: "",
+		},
+		{
+			name:    "A template with every placeholder is not warned about.",
+			subject: tmpl,
+		},
+		{
+			name:    "A template without {name} is warned about with the sink's path and the template.",
+			subject: `subject: "kubewire.{cluster}.{resource}.{namespace}"`,
+			want:    []string{`sinks[0].nats.subject: "kubewire.{cluster}.{resource}.{namespace}"`, "{name}", "share a subject"},
+		},
+		{
+			name:    "A fixed subject is warned about.",
+			subject: `subject: "events"`,
+			want:    []string{`sinks[0].nats.subject: "events"`, "{name}"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The base config provisions a stream whose subjects must cover the
+			// template; drop it so that any template is valid.
+			y := natsEdit(tmpl, c.subject, `          subjects: ["kubewire.>"]`+"\n", "")
+			cfg, err := config.Parse([]byte(y))
+			if err != nil {
+				t.Fatalf("the configuration was refused: %v", err)
+			}
+			ws := cfg.Warnings()
+			if c.want == nil {
+				if len(ws) != 0 {
+					t.Fatalf("warnings = %q, want none", ws)
+				}
+				return
+			}
+			if len(ws) != 1 {
+				t.Fatalf("warnings = %q, want one", ws)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(ws[0], w) {
+					t.Errorf("the warning lacks %q: %s", w, ws[0])
+				}
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -67,6 +68,21 @@ func (c *Config) Warnings() []string {
 		if r.IsSecrets() && r.AllowSecretData {
 			ws = append(ws, fmt.Sprintf("resources[%d].allowSecretData: true: Secret values (data, stringData and the %s annotation) are sent to sinks %v unredacted; anyone who can read those topics or subjects can read the Secrets",
 				i, shape.LastAppliedAnnotation, r.Sinks))
+		}
+	}
+	for i, s := range c.Sinks {
+		if s.Type == SinkTypeKafka && s.Kafka != nil && s.Kafka.SASL != nil && s.Kafka.SASL.AllowInsecure && s.Kafka.TLS == nil {
+			ws = append(ws, fmt.Sprintf("sinks[%d].kafka.sasl.allowInsecure: true: SASL %s runs without TLS, so %s and every event cross the network in clear text",
+				i, saslMechanismName(s.Kafka.SASL.Mechanism), saslSecretName(s.Kafka.SASL.Mechanism)))
+		}
+		if s.Type == SinkTypeNATS && s.NATS != nil && s.NATS.Subject != "" && !strings.Contains(s.NATS.Subject, "{name}") {
+			ws = append(ws, fmt.Sprintf("sinks[%d].nats.subject: %q has no {name}: different objects share a subject, so consumers cannot select one object by subject, and per-subject limits or last-per-subject delivery mix objects",
+				i, s.NATS.Subject))
+		}
+		if s.Type == SinkTypeNATS && s.NATS != nil && s.NATS.Auth != nil && s.NATS.Auth.AllowInsecure && !s.NATS.usesTLS() {
+			if secret := natsClearSecret(s.NATS.Auth); secret != "" {
+				ws = append(ws, fmt.Sprintf("sinks[%d].nats.auth.allowInsecure: true: the %s and every event cross the network in clear text (no tls block and no tls:// server)", i, secret))
+			}
 		}
 	}
 	return ws

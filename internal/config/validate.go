@@ -247,9 +247,9 @@ func validateResource(p *field.Path, r *Resource, sinkNames []string) field.Erro
 		}
 	}
 	if r.FieldSelector != "" {
-		if _, err := fields.ParseSelector(r.FieldSelector); err != nil {
+		if why := fieldSelectorProblem(r.FieldSelector); why != "" {
 			errs = append(errs, field.Invalid(p.Child("fieldSelector"), r.FieldSelector,
-				"must be a valid field selector such as \"metadata.name!=x\": "+err.Error()))
+				"must be a valid field selector such as \"metadata.name!=x\": "+why))
 		}
 	}
 
@@ -302,10 +302,75 @@ func validateResource(p *field.Path, r *Resource, sinkNames []string) field.Erro
 	return errs
 }
 
+// fieldSelectorProblem returns why s is not a usable field selector, or "".
+// fields.ParseSelector accepts a requirement without a field ("=x"), which
+// the API server would refuse at watch time; it is caught here instead.
+func fieldSelectorProblem(s string) string {
+	sel, err := fields.ParseSelector(s)
+	if err != nil {
+		return err.Error()
+	}
+	for _, req := range sel.Requirements() {
+		if req.Field == "" {
+			return fmt.Sprintf("the requirement %q has no field name", string(req.Operator)+req.Value)
+		}
+	}
+	return ""
+}
+
 func quoteAll(vs []string) string {
 	q := make([]string, len(vs))
 	for i, v := range vs {
 		q[i] = strconv.Quote(v)
 	}
 	return strings.Join(q, ", ")
+}
+
+// validateExplicitZeros rejects a 0 written in the file for a sink field
+// whose zero value means "the default". Defaulted cannot tell the two
+// apart, so without this check an explicit 0 would silently become the
+// default. given holds the paths present in the file (see typeChecker).
+// Fields where 0 is a real value (kafka.batch.linger, nats.maxReconnects,
+// nats.jetstream.stream.maxBytes and maxAge) are not listed.
+func validateExplicitZeros(c *Config, given map[string]bool) field.ErrorList {
+	var errs field.ErrorList
+	zero := func(p *field.Path, v int64, expect string) {
+		if v == 0 && given[p.String()] {
+			errs = append(errs, field.Invalid(p, 0, expect))
+		}
+	}
+	for i := range c.Sinks {
+		s := &c.Sinks[i]
+		sp := field.NewPath("sinks").Index(i)
+		if k := s.Kafka; k != nil {
+			kp := sp.Child("kafka")
+			if b := k.Batch; b != nil {
+				zero(kp.Child("batch", "maxMessages"), int64(b.MaxMessages),
+					fmt.Sprintf("must be greater than 0; omit the field for the default (%d)", DefaultKafkaBatchMaxMessages))
+				zero(kp.Child("batch", "maxBytes"), int64(b.MaxBytes),
+					fmt.Sprintf("must be greater than 0; omit the field for the default (%d)", DefaultKafkaBatchMaxBytes))
+			}
+			if ct := k.CreateTopics; ct != nil {
+				zero(kp.Child("createTopics", "partitions"), int64(ct.Partitions),
+					"must be -1 (the broker's default) or at least 1")
+				zero(kp.Child("createTopics", "replicationFactor"), int64(ct.ReplicationFactor),
+					"must be -1 (the broker's default) or between 1 and 32767")
+			}
+		}
+		if n := s.NATS; n != nil {
+			np := sp.Child("nats")
+			zero(np.Child("reconnectBufferBytes"), int64(n.ReconnectBufferBytes),
+				fmt.Sprintf("must be -1 (no buffer while reconnecting) or greater than 0; omit the field for the default (%d)", DefaultNATSReconnectBufferBytes))
+			if js := n.JetStream; js != nil {
+				jp := np.Child("jetstream")
+				zero(jp.Child("maxPending"), int64(js.MaxPending),
+					fmt.Sprintf("must be between 1 and %d; omit the field for the default (%d)", MaxNATSMaxPending, DefaultNATSMaxPending))
+				if st := js.Stream; st != nil {
+					zero(jp.Child("stream", "replicas"), int64(st.Replicas),
+						fmt.Sprintf("must be between 1 and %d; omit the field for the default (%d)", MaxNATSStreamReplicas, DefaultNATSStreamReplicas))
+				}
+			}
+		}
+	}
+	return errs
 }

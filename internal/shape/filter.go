@@ -102,7 +102,16 @@ func CompileFilter(expr string) (*Filter, error) {
 		}
 		return nil, fe
 	}
-	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
+	// object and oldObject are dyn, so a bare field such as
+	// object.metadata.name type-checks as dyn. Accepting dyn would let a
+	// filter that can never be a bool load and then fail on every event;
+	// a field that really is a bool is easy to compare instead.
+	switch t := ast.OutputType(); {
+	case t.IsExactType(cel.BoolType):
+	case t.IsExactType(cel.DynType):
+		return nil, &FilterError{Expr: expr, Issues: []Issue{{Line: 1, Column: 1,
+			Reason: "the expression yields dyn (a value whose type is only known at run time); a filter must yield bool: compare it, e.g. object.spec.paused == true"}}}
+	default:
 		return nil, &FilterError{Expr: expr, Issues: []Issue{{Line: 1, Column: 1,
 			Reason: fmt.Sprintf("the expression yields %s; a filter must yield bool", t)}}}
 	}
@@ -116,7 +125,8 @@ func CompileFilter(expr string) (*Filter, error) {
 // String is the expression's source.
 func (f *Filter) String() string { return f.src }
 
-// ErrNotBool is returned when an expression typed dyn yields a non-bool.
+// ErrNotBool is returned when an evaluation yields a non-bool. CompileFilter
+// accepts only expressions typed bool, so this is a safety net.
 var ErrNotBool = errors.New("filter did not yield a bool")
 
 // activation hands the three variables to the interpreter without building
