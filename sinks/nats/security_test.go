@@ -166,10 +166,10 @@ func authCases(t *testing.T) []authCase {
 			name:   "user and password from a file",
 			server: func(o *natsserver.Options) { o.Users = []*natsserver.User{{Username: "kubewire", Password: password}} },
 			right: func(t *testing.T, c *config.NATSSink) {
-				c.Auth = &config.NATSAuth{User: "kubewire", PasswordFile: writeSecret(t, "password", password+"\n")}
+				c.Auth = &config.NATSAuth{User: "kubewire", PasswordFile: writeSecret(t, "password", password+"\n"), AllowInsecure: true}
 			},
 			wrong: func(t *testing.T, c *config.NATSSink) {
-				c.Auth = &config.NATSAuth{User: "kubewire", PasswordFile: writeSecret(t, "password", wrongPassword+"\n")}
+				c.Auth = &config.NATSAuth{User: "kubewire", PasswordFile: writeSecret(t, "password", wrongPassword+"\n"), AllowInsecure: true}
 			},
 			client:  func(*testing.T) []natsgo.Option { return []natsgo.Option{natsgo.UserInfo("kubewire", password)} },
 			secrets: []string{password, wrongPassword},
@@ -180,11 +180,11 @@ func authCases(t *testing.T) []authCase {
 			server: func(o *natsserver.Options) { o.Authorization = token },
 			right: func(t *testing.T, c *config.NATSSink) {
 				t.Setenv("KUBEWIRE_TEST_NATS_TOKEN", token)
-				c.Auth = &config.NATSAuth{TokenEnv: "KUBEWIRE_TEST_NATS_TOKEN"}
+				c.Auth = &config.NATSAuth{TokenEnv: "KUBEWIRE_TEST_NATS_TOKEN", AllowInsecure: true}
 			},
 			wrong: func(t *testing.T, c *config.NATSSink) {
 				t.Setenv("KUBEWIRE_TEST_NATS_TOKEN", wrongToken)
-				c.Auth = &config.NATSAuth{TokenEnv: "KUBEWIRE_TEST_NATS_TOKEN"}
+				c.Auth = &config.NATSAuth{TokenEnv: "KUBEWIRE_TEST_NATS_TOKEN", AllowInsecure: true}
 			},
 			client:  func(*testing.T) []natsgo.Option { return []natsgo.Option{natsgo.Token(token)} },
 			secrets: []string{token, wrongToken},
