@@ -29,4 +29,8 @@ func (w *Watcher) State() State {
 	return StateStarting
 }
 
+// Optional reports whether the resource is marked optional: while the
+// cluster does not serve it, it does not hold readiness.
+func (w *Watcher) Optional() bool { return w.cfg.Optional }
+
 func (w *Watcher) setState(s State) { w.state.Store(s) }

@@ -543,8 +543,14 @@ func (w *Watcher) resolve(ctx context.Context, attempt int) error {
 		metrics.InformerErrors.WithLabelValues(w.name, reason).Inc()
 		if attempt == 1 || attempt%10 == 0 {
 			if reason == "not_found" {
-				w.log.Warn("resource is not served by the cluster (is its CRD installed?); retrying until it appears",
-					"group", w.gvr.Group, "attempt", attempt)
+				if w.cfg.Optional {
+					// Expected where the CRD is not installed: not a warning.
+					w.log.Info("optional resource is not served by the cluster (is its CRD installed?); it does not hold readiness, and streams once it appears",
+						"group", w.gvr.Group, "attempt", attempt)
+				} else {
+					w.log.Warn("resource is not served by the cluster (is its CRD installed?); retrying until it appears",
+						"group", w.gvr.Group, "attempt", attempt)
+				}
 			} else {
 				w.log.Error("cannot resolve resource; retrying", "attempt", attempt, "err", err)
 			}

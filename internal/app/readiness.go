@@ -17,6 +17,10 @@ type Readiness struct {
 	// Sinks lists each sink that is not healthy, with its state
 	// (connecting, disconnected, failing).
 	Sinks []SinkReadiness `json:"sinks,omitempty"`
+	// OptionalNotServed lists the optional resources the cluster does not
+	// serve. They do not hold readiness; they are named so that a missing
+	// CRD is visible here too.
+	OptionalNotServed []string `json:"optionalNotServed,omitempty"`
 }
 
 // ResourceReadiness is one resource that is not synced.
@@ -32,14 +36,20 @@ type SinkReadiness struct {
 }
 
 // Readiness reports whether every informer has synced and every sink is
-// healthy, and names each one that is not.
+// healthy, and names each one that is not. An optional resource that the
+// cluster does not serve does not hold readiness.
 func (a *App) Readiness() Readiness {
 	var r Readiness
 	for _, w := range a.watchers {
 		if w.HasSynced() {
 			continue
 		}
-		r.Resources = append(r.Resources, ResourceReadiness{Resource: w.Name(), State: w.State()})
+		st := w.State()
+		if w.Optional() && st == informer.StateNotServed {
+			r.OptionalNotServed = append(r.OptionalNotServed, w.Name())
+			continue
+		}
+		r.Resources = append(r.Resources, ResourceReadiness{Resource: w.Name(), State: st})
 	}
 	names := make([]string, 0, len(a.dispatchers))
 	for name := range a.dispatchers {
@@ -55,6 +65,6 @@ func (a *App) Readiness() Readiness {
 	return r
 }
 
-// Ready reports whether every informer has synced and every sink is
-// healthy.
+// Ready reports whether every informer has synced (but for optional
+// resources the cluster does not serve) and every sink is healthy.
 func (a *App) Ready() bool { return a.Readiness().Ready }

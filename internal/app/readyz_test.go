@@ -9,12 +9,15 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testcluster"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -84,4 +87,40 @@ resources:
 		return code == http.StatusServiceUnavailable && reflect.DeepEqual(got, want)
 	})
 	t.Logf("/readyz body: %s", body)
+}
+
+func TestAnOptionalResourceThatIsNotServedDoesNotHoldReadinessAndStreamsOnceServed(t *testing.T) {
+	ns := namespace(t)
+	group := unique("optional") + ".example.com"
+	name := "widgets." + group
+	k := start(t, cfgHeader+fmt.Sprintf(`
+  - {version: v1, resource: configmaps, namespaces: [%s], sinks: [out]}
+  - {group: %s, version: v1, resource: widgets, namespaces: [%s], optional: true, sinks: [out]}
+`, ns, group, ns), testcluster.AdminUser)
+	srv := httptest.NewServer(app.ReadyzHandler(k.App.Readiness))
+	defer srv.Close()
+
+	apptest.Eventually(t, "/readyz to answer 200 while the optional CRD is missing", func() bool {
+		code, _ := get(t, srv.URL)
+		return code == http.StatusOK
+	})
+	if r := k.App.Readiness(); !reflect.DeepEqual(r.OptionalNotServed, []string{name}) {
+		t.Errorf("Readiness().OptionalNotServed = %v, want [%s]", r.OptionalNotServed, name)
+	}
+	k.WaitLog(t, "optional resource is not served", "resource="+name)
+	if testutil.ToFloat64(metrics.InformerErrors.WithLabelValues(name, "not_found")) == 0 {
+		t.Errorf("kubewire_informer_errors_total{resource=%s,reason=not_found} did not move", name)
+	}
+
+	gvr := installCRD(t, group)
+	apptest.Eventually(t, "the optional resource to sync once served", func() bool {
+		r := k.App.Readiness()
+		return r.Ready && len(r.OptionalNotServed) == 0
+	})
+	w := widget(ns, "late", 1)
+	w.SetAPIVersion(group + "/v1")
+	if _, err := dyn.Resource(gvr).Namespace(ns).Create(context.Background(), w, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.WaitFor(t, "the widget to stream", has(name+"/"+ns+"/late", "added"))
 }
