@@ -671,6 +671,9 @@ func (s *Sink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.done = true
+	// A clean close is not a lost connection: the callbacks it triggers
+	// report nothing (and log nothing) to the dispatcher.
+	s.cur.Store(nil)
 	if s.nc == nil || s.nc.IsClosed() {
 		return nil
 	}
