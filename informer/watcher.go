@@ -89,6 +89,7 @@ type Watcher struct {
 	shape    *shaper
 	informer cache.SharedIndexInformer
 	synced   atomic.Bool
+	state    atomic.Value // State
 
 	// emitMu orders every Enqueue, and guards seen: a handler records an
 	// object and enqueues its change in one critical section, and a snapshot
@@ -167,6 +168,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	}
 	w.res.Payload = w.cfg.Payload
+	w.setState(StateSyncing)
 	sentinel, err := w.sentinel()
 	if err != nil {
 		return err
@@ -219,6 +221,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.snapshotDone(initialStart, n)
 	}
 	w.synced.Store(true)
+	w.setState(StateSynced)
 	metrics.InformerSynced.WithLabelValues(w.name).Set(1)
 	w.log.Info("informer synced", "objects", len(w.informer.GetStore().ListKeys()), "snapshotRecords", n)
 
@@ -532,15 +535,22 @@ func (w *Watcher) resolve(ctx context.Context, attempt int) error {
 		mapping, err = w.opt.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	}
 	if err != nil {
-		reason := "other"
+		reason, state := "other", StateUnresolved
 		if meta.IsNoMatchError(err) {
-			reason = "not_found"
+			reason, state = "not_found", StateNotServed
 		}
+		w.setState(state)
 		metrics.InformerErrors.WithLabelValues(w.name, reason).Inc()
 		if attempt == 1 || attempt%10 == 0 {
 			if reason == "not_found" {
-				w.log.Warn("resource is not served by the cluster (is its CRD installed?); retrying until it appears",
-					"group", w.gvr.Group, "attempt", attempt)
+				if w.cfg.Optional {
+					// Expected where the CRD is not installed: not a warning.
+					w.log.Info("optional resource is not served by the cluster (is its CRD installed?); it does not hold readiness, and streams once it appears",
+						"group", w.gvr.Group, "attempt", attempt)
+				} else {
+					w.log.Warn("resource is not served by the cluster (is its CRD installed?); retrying until it appears",
+						"group", w.gvr.Group, "attempt", attempt)
+				}
 			} else {
 				w.log.Error("cannot resolve resource; retrying", "attempt", attempt, "err", err)
 			}
@@ -586,6 +596,7 @@ func (w *Watcher) checkAccess(ctx context.Context, attempt int) error {
 			return nil
 		}
 		if !r.Status.Allowed {
+			w.setState(StateForbidden)
 			metrics.InformerErrors.WithLabelValues(w.name, "forbidden").Inc()
 			if attempt == 1 || attempt%10 == 0 {
 				w.log.Error("permission denied; this resource will not stream until it is granted",

@@ -146,7 +146,10 @@ type Dispatcher struct {
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
 
-	healthy atomic.Bool
+	// Health (health.go): writesOK follows Connect and Write outcomes,
+	// linkDown what a ConnectionNotifier sink reports.
+	everConnected, writesOK, linkDown atomic.Bool
+	healthMu                          sync.Mutex
 
 	// Per-sink children of the metric vectors, looked up once rather than
 	// per event.
@@ -179,14 +182,14 @@ func NewDispatcher(name string, sink Sink, opt Options) *Dispatcher {
 	d.work, d.cancelWork = context.WithCancel(context.Background())
 	d.lanes = map[string]*lane{}
 	metrics.SinkHealthy.WithLabelValues(name).Set(0)
+	if cn, ok := sink.(ConnectionNotifier); ok {
+		cn.NotifyConnection(d.setLinkUp)
+	}
 	return d
 }
 
 // Name is the sink's configured name.
 func (d *Dispatcher) Name() string { return d.name }
-
-// Healthy reports whether the sink is connected and its last write succeeded.
-func (d *Dispatcher) Healthy() bool { return d.healthy.Load() }
 
 // Queued is the number of events waiting or in flight.
 func (d *Dispatcher) Queued() int { return int(d.queued.Load()) }
@@ -520,16 +523,6 @@ func (d *Dispatcher) conflated(c *informer.Change) {
 func (d *Dispatcher) failed(c *informer.Change, reason string) {
 	l := labelsOf(c)
 	metrics.EventsFailed.WithLabelValues(d.name, l.resource, string(l.op), reason).Inc()
-}
-
-func (d *Dispatcher) setHealthy(ok bool) {
-	if d.healthy.Swap(ok) != ok {
-		v := 0.0
-		if ok {
-			v = 1
-		}
-		metrics.SinkHealthy.WithLabelValues(d.name).Set(v)
-	}
 }
 
 type backoff struct {

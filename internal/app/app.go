@@ -176,21 +176,6 @@ func (f fanout) SnapshotPending(keyPrefix string) bool {
 
 var _ informer.SnapshotTracker = fanout(nil)
 
-// Ready reports whether every informer has synced and every sink is healthy.
-func (a *App) Ready() bool {
-	for _, w := range a.watchers {
-		if !w.HasSynced() {
-			return false
-		}
-	}
-	for _, d := range a.dispatchers {
-		if !d.Healthy() {
-			return false
-		}
-	}
-	return true
-}
-
 // Run streams until ctx ends, then drains: each informer hands the
 // notifications client-go already queued to the sinks, and the sinks
 // deliver what they hold, all within one configured drain timeout. It

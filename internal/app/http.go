@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -17,8 +18,17 @@ import (
 // It returns the address actually bound (addr may use port 0).
 //
 // /healthz answers 200 while the process runs. /readyz answers 200 once
-// ready() holds: every informer synced and every sink healthy.
+// ready() holds: every informer synced and every sink healthy. It cannot
+// say why it is not ready; ServeHTTPReadiness can.
 func ServeHTTP(ctx context.Context, addr string, ready func() bool, log *slog.Logger) (net.Addr, error) {
+	return ServeHTTPReadiness(ctx, addr, func() Readiness { return Readiness{Ready: ready()} }, log)
+}
+
+// ServeHTTPReadiness is ServeHTTP with a /readyz that says why: while
+// status() is not ready it answers 503 with the Readiness as JSON, naming
+// each resource not synced and each sink not healthy. When ready it answers
+// 200 "ok".
+func ServeHTTPReadiness(ctx context.Context, addr string, status func() Readiness, log *slog.Logger) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -28,13 +38,7 @@ func ServeHTTP(ctx context.Context, addr string, ready func() bool, log *slog.Lo
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			http.Error(w, "not ready: informers syncing or a sink unhealthy", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	mux.Handle("/readyz", ReadyzHandler(status))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -48,4 +52,20 @@ func ServeHTTP(ctx context.Context, addr string, ready func() bool, log *slog.Lo
 		}
 	}()
 	return ln.Addr(), nil
+}
+
+// ReadyzHandler answers 200 "ok" while status() is ready, and otherwise 503
+// with the Readiness as JSON.
+func ReadyzHandler(status func() Readiness) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		r := status()
+		if r.Ready {
+			_, _ = w.Write([]byte("ok\n"))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(r)
+	})
 }

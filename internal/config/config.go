@@ -149,6 +149,11 @@ type Resource struct {
 	Cache string `json:"cache,omitempty"`
 	// Sinks names the sinks that receive this resource's events.
 	Sinks []string `json:"sinks"`
+	// Optional marks a resource the cluster may not serve (a CRD that is
+	// not installed everywhere): while it is not served it is reported (a
+	// log line and kubewire_informer_errors_total) but does not hold
+	// readiness; once served it streams as usual.
+	Optional bool `json:"optional,omitempty"`
 }
 
 // GVR returns the resource's group, version and resource.

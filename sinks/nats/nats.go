@@ -17,6 +17,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -44,8 +45,14 @@ type Sink struct {
 	tmpl *Template
 	log  *slog.Logger
 
-	mu   sync.Mutex
-	nc   *natsgo.Conn
+	mu sync.Mutex
+	nc *natsgo.Conn
+	// cur is nc, for the client's callbacks: they run on the client's own
+	// goroutine and report only about the connection in use, not one that
+	// a redial replaced.
+	cur atomic.Pointer[natsgo.Conn]
+	// up is the dispatcher's health callback (sinks.ConnectionNotifier).
+	up   atomic.Pointer[func(bool)]
 	js   jetstream.JetStream
 	done bool
 
@@ -73,7 +80,24 @@ type result struct {
 	err   error
 }
 
-var _ sinks.Sink = (*Sink)(nil)
+var (
+	_ sinks.Sink               = (*Sink)(nil)
+	_ sinks.ConnectionNotifier = (*Sink)(nil)
+)
+
+// NotifyConnection implements sinks.ConnectionNotifier: up(false) when the
+// client loses its connection (it reconnects by itself, buffering core
+// publishes meanwhile, so a Write may still succeed), up(true) once it is
+// back or redialled.
+func (s *Sink) NotifyConnection(up func(bool)) { s.up.Store(&up) }
+
+// report passes a change of nc's connection state to the dispatcher, unless
+// nc is no longer the sink's connection.
+func (s *Sink) report(nc *natsgo.Conn, up bool) {
+	if f := s.up.Load(); f != nil && nc == s.cur.Load() {
+		(*f)(up)
+	}
+}
 
 // New is the sinks.Factory of the NATS sink. Nothing connects until Connect.
 func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
@@ -174,6 +198,8 @@ func (s *Sink) dialOnceLocked(ctx context.Context) error {
 		s.nc.Close()
 	}
 	s.nc, s.js = nc, js
+	s.cur.Store(nc)
+	s.report(nc, true)
 	return nil
 }
 
@@ -214,18 +240,22 @@ func (s *Sink) options() ([]natsgo.Option, error) {
 		natsgo.ReconnectWait(c.ReconnectWait.Duration),
 		natsgo.ReconnectBufSize(c.ReconnectBufferBytes),
 		natsgo.Timeout(c.ConnectTimeout.Duration),
-		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+		natsgo.DisconnectErrHandler(func(nc *natsgo.Conn, err error) {
 			metrics.NATSConnectionEvents.WithLabelValues(s.name, "disconnected").Inc()
+			s.report(nc, false)
 			if err != nil {
 				s.log.Warn("nats: disconnected", "err", err)
 			}
 		}),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
 			metrics.NATSConnectionEvents.WithLabelValues(s.name, "reconnected").Inc()
+			s.report(nc, true)
 			s.log.Info("nats: reconnected", "server", nc.ConnectedUrlRedacted())
 		}),
-		natsgo.ClosedHandler(func(*natsgo.Conn) {
+		natsgo.ClosedHandler(func(nc *natsgo.Conn) {
 			metrics.NATSConnectionEvents.WithLabelValues(s.name, "closed").Inc()
+			// Reconnects ran out: down until a Write dials again.
+			s.report(nc, false)
 		}),
 		// Asynchronous errors (a publish permission violation, say) are the
 		// only sign of a core publish that the server dropped.
@@ -641,6 +671,9 @@ func (s *Sink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.done = true
+	// A clean close is not a lost connection: the callbacks it triggers
+	// report nothing (and log nothing) to the dispatcher.
+	s.cur.Store(nil)
 	if s.nc == nil || s.nc.IsClosed() {
 		return nil
 	}

@@ -1,0 +1,70 @@
+package app
+
+import (
+	"slices"
+
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+// Readiness is what /readyz reports: whether kubewire is ready and, if not,
+// each reason.
+type Readiness struct {
+	Ready bool `json:"ready"`
+	// Resources lists each resource that holds readiness: not yet synced,
+	// with the watcher's state (not_served, forbidden, syncing, ...).
+	Resources []ResourceReadiness `json:"resources,omitempty"`
+	// Sinks lists each sink that is not healthy, with its state
+	// (connecting, disconnected, failing).
+	Sinks []SinkReadiness `json:"sinks,omitempty"`
+	// OptionalNotServed lists the optional resources the cluster does not
+	// serve. They do not hold readiness; they are named so that a missing
+	// CRD is visible here too.
+	OptionalNotServed []string `json:"optionalNotServed,omitempty"`
+}
+
+// ResourceReadiness is one resource that is not synced.
+type ResourceReadiness struct {
+	Resource string         `json:"resource"`
+	State    informer.State `json:"state"`
+}
+
+// SinkReadiness is one sink that is not healthy.
+type SinkReadiness struct {
+	Sink  string            `json:"sink"`
+	State sinks.HealthState `json:"state"`
+}
+
+// Readiness reports whether every informer has synced and every sink is
+// healthy, and names each one that is not. An optional resource that the
+// cluster does not serve does not hold readiness.
+func (a *App) Readiness() Readiness {
+	var r Readiness
+	for _, w := range a.watchers {
+		if w.HasSynced() {
+			continue
+		}
+		st := w.State()
+		if w.Optional() && st == informer.StateNotServed {
+			r.OptionalNotServed = append(r.OptionalNotServed, w.Name())
+			continue
+		}
+		r.Resources = append(r.Resources, ResourceReadiness{Resource: w.Name(), State: st})
+	}
+	names := make([]string, 0, len(a.dispatchers))
+	for name := range a.dispatchers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if st := a.dispatchers[name].Health(); st != sinks.HealthOK {
+			r.Sinks = append(r.Sinks, SinkReadiness{Sink: name, State: st})
+		}
+	}
+	r.Ready = len(r.Resources) == 0 && len(r.Sinks) == 0
+	return r
+}
+
+// Ready reports whether every informer has synced (but for optional
+// resources the cluster does not serve) and every sink is healthy.
+func (a *App) Ready() bool { return a.Readiness().Ready }

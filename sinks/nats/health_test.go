@@ -1,0 +1,43 @@
+package nats_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+// An idle sink whose server goes away must turn unhealthy without waiting
+// for a write that may not come for a long time, and healthy again when the
+// client reconnects.
+func TestAnIdleSinkTurnsUnhealthyWhenTheServerGoesAwayAndHealthyWhenItReturns(t *testing.T) {
+	b := startBroker(t)
+	const name = "idle-health"
+	d := sinks.NewDispatcher(name, newSink(t, name, b.sinkConfig(config.NATSModeCore)), sinks.Options{})
+	d.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Close(ctx)
+	})
+	gauge := func() float64 { return testutil.ToFloat64(metrics.SinkHealthy.WithLabelValues(name)) }
+	var none error
+	eventually(t, "the sink to be healthy once connected", func() bool {
+		return d.Health() == sinks.HealthOK && gauge() == 1
+	}, &none)
+
+	b.Stop(t)
+	eventually(t, "the sink to report disconnected with no write in between", func() bool {
+		return d.Health() == sinks.HealthDisconnected && !d.Healthy() && gauge() == 0
+	}, &none)
+
+	b.Start(t)
+	eventually(t, "the sink to be healthy again once the client reconnects", func() bool {
+		return d.Health() == sinks.HealthOK && gauge() == 1
+	}, &none)
+}
