@@ -274,13 +274,18 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ready := a.Ready
+			status := a.Readiness
 			if el.enabled {
 				// A standby runs no informers and is healthy as it is.
-				ready = func() bool { return !leader.IsLeader() || a.Ready() }
+				status = func() app.Readiness {
+					if !leader.IsLeader() {
+						return app.Readiness{Ready: true}
+					}
+					return a.Readiness()
+				}
 			}
 			if httpAddr != "" {
-				bound, err := app.ServeHTTP(ctx, httpAddr, ready, log)
+				bound, err := app.ServeHTTPReadiness(ctx, httpAddr, status, log)
 				if err != nil {
 					return fmt.Errorf("--http-address %q: %w", httpAddr, err)
 				}
