@@ -430,3 +430,48 @@ func TestShutdownWithTheBrokerDownSpoolsAtOnceInsteadOfWaitingOutTheDeadline(t *
 	waitFor(t, "the spooled events", func() bool { return len(up.events()) == 5 })
 	d2.Close(context.Background())
 }
+
+// notifying is a recorder whose client reports its connection state, as
+// the NATS sink does.
+type notifying struct {
+	*recorder
+	up func(bool)
+}
+
+func (n *notifying) NotifyConnection(up func(bool)) { n.up = up }
+
+func TestASinkThatReportsItsConnectionLostSpoolsAtOnceAndResumesWhenItIsBack(t *testing.T) {
+	rec := &notifying{recorder: &recorder{}}
+	opt := fastOptions()
+	opt.BufferEvents = 1000
+	d := sinks.NewDispatcher("link", rec, opt)
+	if err := d.UseSpool(sinks.SpoolOptions{Dir: t.TempDir(), MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	d.Start()
+	d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm0", 1)))
+	waitFor(t, "the first event", func() bool { return len(rec.events()) == 1 })
+	writtenBefore := metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "link"})
+	rec.up(false)
+	for rv := 2; rv <= 50; rv++ {
+		d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm0", rv)))
+	}
+	// Nothing waits in memory, where a crash would lose it: with room for
+	// 1,000 events, all 49 went to disk.
+	waitFor(t, "the events to reach the spool", func() bool {
+		return metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "link"})-writtenBefore == 49
+	})
+	if q := d.Queued(); q != 0 {
+		t.Fatalf("%d events held in memory while the sink reports its connection lost", q)
+	}
+	rec.up(true)
+	waitFor(t, "every event once the connection is back", func() bool { return len(rec.events()) == 50 })
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	for i, ev := range rec.events() {
+		if rvOf(ev) != i+1 {
+			t.Fatalf("event %d has rv %d", i, rvOf(ev))
+		}
+	}
+}

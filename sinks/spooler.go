@@ -273,11 +273,18 @@ func (sp *spooler) feed(l *lane) {
 	d := l.d
 	for {
 		for l.full() {
+			// Room comes with a write acknowledged, or with the sink's
+			// connection back while memory is empty and nothing is being
+			// written; look again now and then for the latter.
+			t := time.NewTimer(250 * time.Millisecond)
 			select {
 			case <-sp.room:
+			case <-t.C:
 			case <-sp.feedCtx.Done():
+				t.Stop()
 				return
 			}
+			t.Stop()
 		}
 		sp.mu.Lock()
 		// pending before depth: an entry leaves pending only once it is on

@@ -208,10 +208,13 @@ func TestE2EKubewireKilledDuringAnOutageReplaysItsSpoolAfterARestart(t *testing.
 		}
 		evs := readAll(t, cfg, sink)
 		wg.checkOrder(t, evs)
-		// SIGKILL loses what memory held: at most the buffer and what the
-		// shards had taken, and those are the oldest changes of the outage.
-		// Everything spooled after them must be there, so each key's missing
-		// versions are one run, and a short one in total.
+		// SIGKILL loses what memory held, and those are the oldest changes
+		// of the outage: once a sink's writes fail or its connection is
+		// reported lost, new events go to disk at once, so memory holds
+		// only what arrived before kubewire noticed (a few at ~100
+		// changes/s; the bound allows three seconds of it). Everything
+		// spooled after them must be there, so each key's missing versions
+		// are one run.
 		lost := 0
 		for key, pos := range wg.missing(evs) {
 			for i := 1; i < len(pos); i++ {
@@ -221,8 +224,8 @@ func TestE2EKubewireKilledDuringAnOutageReplaysItsSpoolAfterARestart(t *testing.
 			}
 			lost += len(pos)
 		}
-		if limit := spoolBuffer + 16*100; lost > limit {
-			t.Fatalf("%s: %d written versions missing; SIGKILL should lose at most the memory buffer (%d)", sink, lost, limit)
+		if limit := 300; lost > limit {
+			t.Fatalf("%s: %d written versions missing; SIGKILL should lose only what arrived before the outage was noticed (at most %d)", sink, lost, limit)
 		}
 		t.Logf("%s: %d versions written, %d lost with the memory buffer at SIGKILL, spool %d KB replayed", sink, wg.changes.Load(), lost, spooledBytes>>10)
 		record(fmt.Sprintf("brokers down %s, kubewire SIGKILLed, spool replayed (%s; %d in memory lost)", outage.Round(time.Second), name, lost),
