@@ -63,7 +63,7 @@ func (w *Watcher) newRawInformer() (cache.SharedIndexInformer, error) {
 }
 
 func (w *Watcher) changeRaw(op Op, o *raw.Object, now time.Time, snapshotID string) *Change {
-	w.observed(op).Inc()
+	w.observe(op, now)
 	return &Change{
 		Op:         op,
 		Resource:   w.res,

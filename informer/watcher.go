@@ -111,7 +111,11 @@ type Watcher struct {
 	// notification goroutine writes it before HasSynced turns true.
 	initialCount atomic.Int64
 	mObserved    sync.Map // Op -> prometheus.Counter
-	initialID    string
+	// mLastEvent is the resource's last-event-timestamp gauge, looked up
+	// on the first change rather than hashed per event; created lazily so
+	// that a resource without changes has no series (rather than 0, "1970").
+	mLastEvent func() prometheus.Gauge
+	initialID  string
 }
 
 // NewWatcher returns a Watcher for one configured resource.
@@ -138,6 +142,9 @@ func NewWatcher(opt Options) *Watcher {
 		log:     opt.Logger.With("resource", name, "version", gvr.Version),
 		seen:    lastSeen{},
 		drained: make(chan struct{}),
+		mLastEvent: sync.OnceValue(func() prometheus.Gauge {
+			return metrics.LastEventTimestamp.WithLabelValues(name)
+		}),
 	}
 }
 
@@ -368,6 +375,17 @@ func (w *Watcher) observed(op Op) prometheus.Counter {
 	return c
 }
 
+// observe counts a change of op seen at now and, for a live change (not a
+// snapshot record), stamps the resource's last-event time. It is on the
+// per-event path: both metrics are cached children, no label hashing.
+func (w *Watcher) observe(op Op, now time.Time) {
+	w.observed(op).Inc()
+	switch op {
+	case OpAdded, OpUpdated, OpDeleted:
+		w.mLastEvent().Set(float64(now.UnixNano()) / 1e9)
+	}
+}
+
 func (w *Watcher) snapshotDone(start time.Time, records int) {
 	metrics.SnapshotRecords.WithLabelValues(w.name).Add(float64(records))
 	metrics.SnapshotDuration.WithLabelValues(w.name).Observe(time.Since(start).Seconds())
@@ -381,7 +399,7 @@ func (w *Watcher) marker(op Op, id string, count int) {
 }
 
 func (w *Watcher) change(op Op, u *unstructured.Unstructured, now time.Time, snapshotID string) *Change {
-	w.observed(op).Inc()
+	w.observe(op, now)
 	return &Change{
 		Op:         op,
 		Resource:   w.res,

@@ -77,6 +77,16 @@ var (
 		Help: "1 once the resource's informer has synced its initial list.",
 	}, []string{"resource"})
 
+	// LastEventTimestamp is when a resource's informer last observed a live
+	// change (added, updated or deleted; snapshot records do not count), in
+	// seconds since the epoch. `time() - kubewire_last_event_timestamp_seconds`
+	// is how stale a resource's stream is; the series is absent until the
+	// first change.
+	LastEventTimestamp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubewire_last_event_timestamp_seconds",
+		Help: "Unix time at which the informer last observed a change (added, updated, deleted) of the resource.",
+	}, []string{"resource"})
+
 	// SnapshotRecords counts records of completed snapshots.
 	SnapshotRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubewire_snapshot_records_total",
@@ -89,7 +99,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		EventsObserved, EventsPublished, EventsFailed, EventsConflated, WriteRetries,
-		BufferEvents, BufferBytes, SinkHealthy, InformerErrors, InformerSynced, SnapshotRecords,
+		BufferEvents, BufferBytes, SinkHealthy, InformerErrors, InformerSynced, LastEventTimestamp, SnapshotRecords,
 	)
 }
 
