@@ -389,7 +389,8 @@ func (w *Watcher) observe(op Op, now time.Time) {
 func (w *Watcher) snapshotDone(start time.Time, records int) {
 	metrics.SnapshotRecords.WithLabelValues(w.name).Add(float64(records))
 	metrics.SnapshotDuration.WithLabelValues(w.name).Observe(time.Since(start).Seconds())
-	metrics.SnapshotSize.WithLabelValues(w.name).Set(float64(records))
+	metrics.SnapshotLastRecords.WithLabelValues(w.name).Set(float64(records))
+	metrics.SnapshotSize.WithLabelValues(w.name).Set(float64(records)) // deprecated name, one more release
 }
 
 func (w *Watcher) marker(op Op, id string, count int) {

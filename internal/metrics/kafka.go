@@ -55,15 +55,35 @@ var (
 		Help: "Kafka batches refused for their idempotent producer sequence (possible data loss on the broker), by sink and error.",
 	}, []string{"sink", "error"})
 
-	// KafkaProduceSeconds observes produce round trips.
+	// KafkaProduceDuration observes produce round trips, named like the
+	// other duration histograms (_duration_seconds).
+	KafkaProduceDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kubewire_kafka_produce_duration_seconds",
+		Help:    "Duration of Kafka produce round trips, by sink.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+	}, []string{"sink"})
+
+	// KafkaProduceSeconds is KafkaProduceDuration under its old name, kept
+	// and observed for one release so that dashboards can move over.
+	//
+	// Deprecated: use KafkaProduceDuration
+	// (kubewire_kafka_produce_duration_seconds); this goes away in the next
+	// release.
 	KafkaProduceSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kubewire_kafka_produce_seconds",
-		Help:    "Duration of Kafka produce round trips, by sink.",
+		Help:    "Deprecated: use kubewire_kafka_produce_duration_seconds; removed in the next release. Duration of Kafka produce round trips, by sink.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 	}, []string{"sink"})
 )
 
+// ObserveKafkaProduce records one produce round trip of sink under both the
+// current and the deprecated histogram name.
+func ObserveKafkaProduce(sink string, seconds float64) {
+	KafkaProduceDuration.WithLabelValues(sink).Observe(seconds)
+	KafkaProduceSeconds.WithLabelValues(sink).Observe(seconds)
+}
+
 func init() {
-	Registry.MustRegister(KafkaProduceRequests, KafkaRecords, KafkaOversized, KafkaBatchRecords, KafkaProduceSeconds,
+	Registry.MustRegister(KafkaProduceRequests, KafkaRecords, KafkaOversized, KafkaBatchRecords, KafkaProduceDuration, KafkaProduceSeconds,
 		KafkaProduceResends, KafkaSequenceErrors)
 }

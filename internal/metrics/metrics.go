@@ -144,15 +144,26 @@ var (
 		Help: "Periodic snapshots skipped because the previous snapshot of the resource was still waiting for a sink, by resource.",
 	}, []string{"resource"})
 
-	// SnapshotSize is the record count of a resource's last snapshot.
+	// SnapshotLastRecords is the record count of a resource's last
+	// snapshot (a count, not bytes; hence no _size).
+	SnapshotLastRecords = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubewire_snapshot_records",
+		Help: "Records in the last snapshot of a resource.",
+	}, []string{"resource"})
+
+	// SnapshotSize is SnapshotLastRecords under its old name, kept and
+	// updated for one release so that dashboards can move over.
+	//
+	// Deprecated: use SnapshotLastRecords (kubewire_snapshot_records); this
+	// goes away in the next release.
 	SnapshotSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kubewire_snapshot_size",
-		Help: "Records in the last snapshot of a resource.",
+		Help: "Deprecated: use kubewire_snapshot_records; removed in the next release. Records in the last snapshot of a resource.",
 	}, []string{"resource"})
 )
 
 func init() {
-	Registry.MustRegister(PublishDuration, EventLag, SnapshotDuration, SnapshotsDeferred, SnapshotSize)
+	Registry.MustRegister(PublishDuration, EventLag, SnapshotDuration, SnapshotsDeferred, SnapshotLastRecords, SnapshotSize)
 }
 
 // Sum adds up every series of the named metric whose labels include match,

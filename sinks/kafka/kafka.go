@@ -959,7 +959,7 @@ func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.Pr
 	defer cancel()
 	start := time.Now()
 	res, err := do(ctx)
-	metrics.KafkaProduceSeconds.WithLabelValues(s.name).Observe(time.Since(start).Seconds())
+	metrics.ObserveKafkaProduce(s.name, time.Since(start).Seconds())
 	if err == nil && res != nil && res.Error != nil && !errors.Is(res.Error, kafkago.DuplicateSequenceNumber) {
 		err = res.Error
 	}
