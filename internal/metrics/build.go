@@ -18,5 +18,5 @@ var BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 
 func init() {
 	BuildInfo.WithLabelValues(version.Version, runtime.Version()).Set(1)
-	Registry.MustRegister(BuildInfo)
+	register(BuildInfo)
 }

@@ -21,4 +21,4 @@ const (
 	ConnectOther   = "other"
 )
 
-func init() { Registry.MustRegister(SinkConnectFailures) }
+func init() { register(SinkConnectFailures) }

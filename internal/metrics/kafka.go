@@ -84,6 +84,6 @@ func ObserveKafkaProduce(sink string, seconds float64) {
 }
 
 func init() {
-	Registry.MustRegister(KafkaProduceRequests, KafkaRecords, KafkaOversized, KafkaBatchRecords, KafkaProduceDuration, KafkaProduceSeconds,
+	register(KafkaProduceRequests, KafkaRecords, KafkaOversized, KafkaBatchRecords, KafkaProduceDuration, KafkaProduceSeconds,
 		KafkaProduceResends, KafkaSequenceErrors)
 }

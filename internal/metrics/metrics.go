@@ -12,6 +12,18 @@ import (
 // constructor; tests read it through testutil.
 var Registry = prometheus.NewRegistry()
 
+// registered lists every collector this package put in Registry, in order,
+// so that a test can describe them all: a vector has no series, and so
+// does not show in Registry.Gather, until its first label values are used.
+var registered []prometheus.Collector
+
+// register adds cs to Registry and to registered. Every collector of this
+// package goes through it, never Registry.MustRegister directly.
+func register(cs ...prometheus.Collector) {
+	Registry.MustRegister(cs...)
+	registered = append(registered, cs...)
+}
+
 var (
 	// EventsObserved counts changes the listeners produced, per resource and op.
 	EventsObserved = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -95,7 +107,7 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(
+	register(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		EventsObserved, EventsPublished, EventsFailed, EventsConflated, WriteRetries,
@@ -110,7 +122,7 @@ var IsLeader = prometheus.NewGauge(prometheus.GaugeOpts{
 	Help: "1 while this replica is the leader and publishes.",
 })
 
-func init() { Registry.MustRegister(IsLeader) }
+func init() { register(IsLeader) }
 
 var (
 	// PublishDuration is how long one Sink.Write took, success or not.
@@ -163,7 +175,7 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(PublishDuration, EventLag, SnapshotDuration, SnapshotsDeferred, SnapshotLastRecords, SnapshotSize)
+	register(PublishDuration, EventLag, SnapshotDuration, SnapshotsDeferred, SnapshotLastRecords, SnapshotSize)
 }
 
 // Sum adds up every series of the named metric whose labels include match,

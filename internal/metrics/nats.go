@@ -46,5 +46,5 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(NATSPublishErrors, NATSDuplicates, NATSConnectionEvents, NATSPendingAcks, NATSOversized)
+	register(NATSPublishErrors, NATSDuplicates, NATSConnectionEvents, NATSPendingAcks, NATSOversized)
 }

@@ -27,5 +27,5 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(EventsFiltered, FilterErrors, UpdatesSuppressed)
+	register(EventsFiltered, FilterErrors, UpdatesSuppressed)
 }

@@ -37,5 +37,5 @@ var ResourceBlocked = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 }, []string{"sink", "resource"})
 
 func init() {
-	Registry.MustRegister(SpoolBytes, SpoolEvents, SpoolFull, SpoolWritten, SpoolErrors, ResourceBlocked)
+	register(SpoolBytes, SpoolEvents, SpoolFull, SpoolWritten, SpoolErrors, ResourceBlocked)
 }
