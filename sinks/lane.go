@@ -229,10 +229,11 @@ func (l *lane) leftInMemory() []*entry {
 			out = append(out, r[:j]...)
 			if j < len(r) {
 				if marker != nil && r[j].barrier != marker {
-					// Cannot happen (see arrive); if it did, a marker
-					// out of place could make consumers prune live
-					// objects, so say so loudly.
-					l.log.Error("shutdown: shards disagree on the next snapshot marker; keeping both in place")
+					// Cannot happen (see arrive). If it did, both markers
+					// are kept rather than one dropped, but this shard's
+					// entries may end up on the wrong side of one, which
+					// could make consumers prune live objects: say so.
+					l.log.Error("shutdown: shards disagree on the next snapshot marker; keeping both, possibly out of place")
 					out = append(out, &entry{item: marker.item, key: marker.item.Change.Key})
 				}
 				marker = r[j].barrier
