@@ -112,6 +112,13 @@ type Resource struct {
 	// Namespaces restricts the watch to these namespaces. Empty means all
 	// namespaces.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// WatchPerNamespace, with several namespaces, runs one LIST/WATCH per
+	// namespace instead of one cluster-wide watch filtered by kubewire, so
+	// that a Role in each namespace is all the permission kubewire needs.
+	// Unset means true for core Secrets (a ClusterRole would let kubewire
+	// read every Secret in the cluster) and false otherwise. See
+	// PerNamespaceWatch.
+	WatchPerNamespace *bool `json:"watchPerNamespace,omitempty"`
 	// LabelSelector filters objects server-side by label.
 	LabelSelector string `json:"labelSelector,omitempty"`
 	// FieldSelector filters objects server-side by field.
@@ -172,6 +179,21 @@ func (r Resource) Emits(op string) bool {
 
 // AllNamespaces reports whether the resource is watched in all namespaces.
 func (r Resource) AllNamespaces() bool { return len(r.Namespaces) == 0 }
+
+// PerNamespaceWatch reports whether each configured namespace gets its own
+// LIST/WATCH, so that kubewire needs read access in those namespaces only.
+// One namespace is always watched on its own; all namespaces never are.
+func (r Resource) PerNamespaceWatch() bool {
+	switch {
+	case len(r.Namespaces) == 0:
+		return false
+	case len(r.Namespaces) == 1:
+		return true
+	case r.WatchPerNamespace != nil:
+		return *r.WatchPerNamespace
+	}
+	return r.IsSecrets()
+}
 
 // Sink is one destination for events. Exactly the block matching Type may be
 // set; for types whose block has no required fields the block may be omitted.

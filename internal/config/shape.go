@@ -70,6 +70,11 @@ func (c *Config) Warnings() []string {
 				i, shape.LastAppliedAnnotation, r.Sinks))
 		}
 	}
+	for i, r := range c.Resources {
+		if w := clusterRoleWarning(r); w != "" {
+			ws = append(ws, fmt.Sprintf("resources[%d]: %s", i, w))
+		}
+	}
 	for i, s := range c.Sinks {
 		if s.Type == SinkTypeKafka && s.Kafka != nil && s.Kafka.SASL != nil && s.Kafka.SASL.AllowInsecure && s.Kafka.TLS == nil {
 			ws = append(ws, fmt.Sprintf("sinks[%d].kafka.sasl.allowInsecure: true: SASL %s runs without TLS, so %s and every event cross the network in clear text",
@@ -86,6 +91,24 @@ func (c *Config) Warnings() []string {
 		}
 	}
 	return ws
+}
+
+// clusterRoleWarning says when a resource's watch needs a ClusterRole that
+// grants more than the config asks for: several namespaces read through one
+// cluster-wide watch, or every Secret in the cluster. A cluster-wide watch of
+// anything else is what the config says, so it is not warned about.
+func clusterRoleWarning(r Resource) string {
+	name := r.Resource
+	if r.Group != "" {
+		name += "." + r.Group
+	}
+	switch {
+	case len(r.Namespaces) > 1 && !r.PerNamespaceWatch():
+		return fmt.Sprintf("namespaces %v are read through one cluster-wide watch, which needs a ClusterRole: kubewire may then read %s in every namespace; set watchPerNamespace: true for one watch and one Role per namespace", r.Namespaces, name)
+	case r.IsSecrets() && r.AllNamespaces():
+		return "secrets in all namespaces need a ClusterRole that reads every Secret in the cluster; list the namespaces kubewire needs"
+	}
+	return ""
 }
 
 // applyShapeDefaults fills in the shaping fields of a resource.

@@ -17,6 +17,7 @@ cluster: demo
 resources:
   - version: v1
     resource: secrets
+    namespaces: [payments]
     sinks: [out]
   - version: v1
     resource: configmaps

@@ -239,6 +239,10 @@ func validateResource(p *field.Path, r *Resource, sinkNames []string) field.Erro
 			errs = append(errs, validateLabel(np, ns)...)
 		}
 	}
+	if r.WatchPerNamespace != nil && *r.WatchPerNamespace && len(r.Namespaces) == 0 {
+		errs = append(errs, field.Invalid(p.Child("watchPerNamespace"), true,
+			"needs a namespaces list: without one kubewire watches all namespaces with one watch"))
+	}
 
 	if r.LabelSelector != "" {
 		if _, err := labels.Parse(r.LabelSelector); err != nil {
