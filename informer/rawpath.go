@@ -3,7 +3,6 @@ package informer
 import (
 	"bytes"
 	"fmt"
-	"slices"
 	"time"
 	"unsafe"
 
@@ -30,11 +29,6 @@ func (w *Watcher) newRawInformer() (cache.SharedIndexInformer, error) {
 	if w.opt.REST == nil {
 		return nil, fmt.Errorf("cache %q needs Options.REST", config.CacheRaw)
 	}
-	var keep func(string) bool
-	if w.res.Namespaced && len(w.cfg.Namespaces) > 1 {
-		nss := slices.Clone(w.cfg.Namespaces)
-		keep = func(ns string) bool { return slices.Contains(nss, ns) }
-	}
 	rules, err := w.cfg.RedactRules()
 	if err != nil {
 		return nil, err
@@ -43,20 +37,21 @@ func (w *Watcher) newRawInformer() (cache.SharedIndexInformer, error) {
 	if len(rules) > 0 {
 		rewrite = func(m map[string]any) { shape.Redact(m, rules) }
 	}
-	lw := raw.NewListWatch(raw.ListWatchOptions{
-		Client:    w.opt.REST,
-		GVR:       w.gvr,
-		Namespace: w.scope(),
-		Tweak: func(o *metav1.ListOptions) {
-			o.LabelSelector = w.cfg.LabelSelector
-			o.FieldSelector = w.cfg.FieldSelector
-		},
-		Keep:              keep,
-		KeepManagedFields: w.cfg.KeepManagedFields,
-		Rewrite:           rewrite,
-	})
-	inf := cache.NewSharedIndexInformerWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(w.source.wrap(lw), w.opt.REST), &raw.Object{},
+	lw := func(ns string, keep func(string) bool) *cache.ListWatch {
+		return raw.NewListWatch(raw.ListWatchOptions{
+			Client:    w.opt.REST,
+			GVR:       w.gvr,
+			Namespace: ns,
+			Tweak: func(o *metav1.ListOptions) {
+				o.LabelSelector = w.cfg.LabelSelector
+				o.FieldSelector = w.cfg.FieldSelector
+			},
+			Keep:              keep,
+			KeepManagedFields: w.cfg.KeepManagedFields,
+			Rewrite:           rewrite,
+		})
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(w.listerWatcher(lw, w.opt.REST), &raw.Object{},
 		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()})
 	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
 	return inf, nil

@@ -116,6 +116,8 @@ type Watcher struct {
 	// that a resource without changes has no series (rather than 0, "1970").
 	mLastEvent func() prometheus.Gauge
 	initialID  string
+	// forbidden times how long list/watch has been refused.
+	forbidden episode
 }
 
 // NewWatcher returns a Watcher for one configured resource.
@@ -588,20 +590,51 @@ func (w *Watcher) resolve(ctx context.Context, attempt int) error {
 	return nil
 }
 
-// scope is the namespace the LIST and WATCH go to: the one configured
-// namespace, or all of them.
-func (w *Watcher) scope() string {
-	if w.res.Namespaced && len(w.cfg.Namespaces) == 1 {
-		return w.cfg.Namespaces[0]
+// watchNamespaces are the namespaces that get a LIST and WATCH of their
+// own: the configured ones when each is watched on its own (one namespace,
+// or watchPerNamespace), else "" for one cluster-wide watch.
+func (w *Watcher) watchNamespaces() []string {
+	if w.res.Namespaced && w.cfg.PerNamespaceWatch() {
+		return w.cfg.Namespaces
 	}
-	return metav1.NamespaceAll
+	return []string{metav1.NamespaceAll}
+}
+
+// keep filters a cluster-wide watch down to the configured namespaces
+// before objects are cached; nil when there is nothing to filter.
+func (w *Watcher) keep() func(string) bool {
+	if !w.res.Namespaced || len(w.cfg.Namespaces) < 2 || w.cfg.PerNamespaceWatch() {
+		return nil
+	}
+	nss := slices.Clone(w.cfg.Namespaces)
+	return func(ns string) bool { return slices.Contains(nss, ns) }
+}
+
+// listerWatcher is what the informer lists and watches with: lw(ns, keep)
+// for one namespace or all of them, or one per namespace merged, wrapped
+// so that shutdown can drain it. client tells the reflector whether it
+// can stream lists; merged namespaces never do.
+func (w *Watcher) listerWatcher(lw func(ns string, keep func(string) bool) *cache.ListWatch, client any) cache.ListerWatcher {
+	nss := w.watchNamespaces()
+	if len(nss) == 1 {
+		return cache.ToListWatcherWithWatchListSemantics(w.source.wrap(lw(nss[0], w.keep())), client)
+	}
+	return listThenWatch{w.source.wrap(mergeNamespaces(nss, func(ns string) *cache.ListWatch { return lw(ns, nil) }))}
 }
 
 func (w *Watcher) checkAccess(ctx context.Context, attempt int) error {
 	if w.opt.Access == nil {
 		return nil
 	}
-	ns := w.scope()
+	for _, ns := range w.watchNamespaces() {
+		if err := w.checkAccessIn(ctx, ns, attempt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *Watcher) checkAccessIn(ctx context.Context, ns string, attempt int) error {
 	for _, verb := range []string{"list", "watch"} {
 		r, err := w.opt.Access.Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -653,19 +686,30 @@ func nsLabel(ns string) string {
 }
 
 func (w *Watcher) newInformer() cache.SharedIndexInformer {
-	ri := w.opt.Dynamic.Resource(w.gvr).Namespace(w.scope())
+	inf := cache.NewSharedIndexInformerWithOptions(
+		w.listerWatcher(w.unstructuredListWatch, w.opt.Dynamic),
+		&unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()},
+	)
+	// The transform runs on freshly decoded objects before they are cached,
+	// so stripping managedFields saves the memory, not just the bytes, and
+	// redacted values never sit in the cache at all.
+	if t := w.shape.transformFunc(); t != nil {
+		_ = inf.SetTransform(t)
+	}
+	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
+	return inf
+}
+
+// unstructuredListWatch lists and watches ns ("" for all) through the
+// dynamic client; keep, when set, drops objects of other namespaces.
+func (w *Watcher) unstructuredListWatch(ns string, keep func(string) bool) *cache.ListWatch {
+	ri := w.opt.Dynamic.Resource(w.gvr).Namespace(ns)
 	tweak := func(o *metav1.ListOptions) {
 		o.LabelSelector = w.cfg.LabelSelector
 		o.FieldSelector = w.cfg.FieldSelector
 	}
-	// Several namespaces: one cluster-wide LIST/WATCH filtered before the
-	// cache, instead of one per namespace (docs/configuration.md).
-	var keep func(string) bool
-	if w.res.Namespaced && len(w.cfg.Namespaces) > 1 {
-		nss := slices.Clone(w.cfg.Namespaces)
-		keep = func(ns string) bool { return slices.Contains(nss, ns) }
-	}
-	lw := &cache.ListWatch{
+	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			tweak(&o)
 			l, err := ri.List(ctx, o)
@@ -690,21 +734,7 @@ func (w *Watcher) newInformer() cache.SharedIndexInformer {
 			}), nil
 		},
 	}
-	inf := cache.NewSharedIndexInformerWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(w.source.wrap(lw), w.opt.Dynamic),
-		&unstructured.Unstructured{},
-		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()},
-	)
-	// The transform runs on freshly decoded objects before they are cached,
-	// so stripping managedFields saves the memory, not just the bytes, and
-	// redacted values never sit in the cache at all.
-	if t := w.shape.transformFunc(); t != nil {
-		_ = inf.SetTransform(t)
-	}
-	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
-	return inf
 }
-
 func stripManagedFields(obj any) (any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		unstructured.RemoveNestedField(u.Object, "metadata", "managedFields")
@@ -722,8 +752,15 @@ func (w *Watcher) watchError(ctx context.Context, _ *cache.Reflector, err error)
 		w.log.Info("watch expired; relisting", "err", err)
 	case apierrors.IsForbidden(err):
 		reason = "forbidden"
-		w.log.Error("permission denied listing or watching resource", "group", w.gvr.Group,
-			"namespace", nsOrAll(w.scope()), "err", err)
+		// A restarted apiserver answers 403 until its RBAC caches have
+		// loaded, and the reflector retries by itself: only a refusal that
+		// lasts is an error an operator must act on.
+		level := slog.LevelWarn
+		if w.forbidden.lasted(time.Now(), forbiddenIsError) {
+			level = slog.LevelError
+		}
+		w.log.Log(ctx, level, "permission denied listing or watching resource; retrying", "group", w.gvr.Group,
+			"namespaces", w.watchNamespaces(), "err", err)
 	case errors.Is(err, context.Canceled):
 		return
 	default:
@@ -731,6 +768,29 @@ func (w *Watcher) watchError(ctx context.Context, _ *cache.Reflector, err error)
 		w.log.Warn("list/watch failed; retrying", "err", err)
 	}
 	metrics.InformerErrors.WithLabelValues(w.name, reason).Inc()
+}
+
+// forbiddenIsError is how long list/watch must keep being refused before
+// it is logged as an error rather than a warning: longer than an apiserver
+// takes to load its RBAC after a restart.
+const forbiddenIsError = time.Minute
+
+// episode tracks how long a recurring condition has lasted. Occurrences
+// further apart than episodeGap (more than the reflector's longest backoff,
+// 30 s) belong to different episodes. Only the reflector's goroutine uses
+// it, so it needs no lock.
+type episode struct{ since, last time.Time }
+
+const episodeGap = 2 * time.Minute
+
+// lasted records an occurrence at now and reports whether the episode has
+// lasted longer than d.
+func (e *episode) lasted(now time.Time, d time.Duration) bool {
+	if e.last.IsZero() || now.Sub(e.last) > episodeGap {
+		e.since = now
+	}
+	e.last = now
+	return now.Sub(e.since) > d
 }
 
 var lastSnapshot atomic.Int64
