@@ -143,7 +143,11 @@ type Dispatcher struct {
 	work       context.Context
 	cancelWork context.CancelFunc
 	connected  chan struct{}
+	// wg counts the shard workers, which Close drains. connecting counts
+	// the connect loop apart from them: with nothing queued there is
+	// nothing to wait for, whether or not the broker ever answered.
 	wg         sync.WaitGroup
+	connecting sync.WaitGroup
 	closeOnce  sync.Once
 
 	// Health (health.go): writesOK follows Connect and Write outcomes,
@@ -197,9 +201,9 @@ func (d *Dispatcher) Queued() int { return int(d.queued.Load()) }
 // Start connects the sink (retrying with backoff) and starts the shard
 // workers.
 func (d *Dispatcher) Start() {
-	d.wg.Add(1)
+	d.connecting.Add(1)
 	go func() {
-		defer d.wg.Done()
+		defer d.connecting.Done()
 		d.connect()
 	}()
 	d.lanesMu.Lock()
@@ -296,6 +300,7 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 		}
 		d.cancelWork()
 		<-done
+		d.connecting.Wait()
 		for _, l := range lanes {
 			if l.sp.disk != nil {
 				undelivered += l.sp.shutdown(l, l.leftInMemory())
