@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -161,4 +162,93 @@ func TestARecordTheBrokerRefusesAsTooLargeDoesNotReportTheConnectionDown(t *test
 			}
 		})
 	}
+}
+
+// errorLog is a logger that keeps what is logged at ERROR, for tests that
+// expect nothing there.
+type errorLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *errorLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *errorLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func (l *errorLog) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+// healthSink is newSink with a logger and a short probe interval.
+func healthSink(t testing.TB, name, addr string, log *slog.Logger) sinks.Sink {
+	t.Helper()
+	s, err := kafka.New(config.Sink{Name: name, Type: config.SinkTypeKafka, Kafka: &config.KafkaSink{
+		Brokers:        []string{addr},
+		Topic:          uniquePrefix(t) + ".{group}.{resource}",
+		CreateTopics:   &config.KafkaCreateTopics{Partitions: 1, ReplicationFactor: 1},
+		RequestTimeout: config.NewDuration(10 * time.Second),
+		DialTimeout:    config.NewDuration(2 * time.Second),
+	}}, sinks.Deps{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kafka.SetProbeInterval(s, 100*time.Millisecond)
+	return s
+}
+
+// idleHealthFollowsTheBroker checks the dispatcher's view of an idle sink
+// across a broker outage: healthy, disconnected while the broker is down,
+// healthy once it is back; and nothing logged at ERROR, a clean Close
+// included.
+func idleHealthFollowsTheBroker(t *testing.T, addr string, down, up func(), within time.Duration) {
+	const name = "kafka-health"
+	var errs errorLog
+	d := sinks.NewDispatcher(name, healthSink(t, name, addr, errs.logger()), sinks.Options{Logger: errs.logger()})
+	d.Start()
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			d.Close(context.Background())
+		}
+	})
+	gauge := func() float64 { return testutil.ToFloat64(metrics.SinkHealthy.WithLabelValues(name)) }
+	state := func() string { return fmt.Sprintf("health %s, kubewire_sink_healthy %v", d.Health(), gauge()) }
+	poll(t, within, "the sink to be healthy once connected", func() bool {
+		return d.Health() == sinks.HealthOK && gauge() == 1
+	}, state)
+	// One change, so that the sink has a topic, then nothing.
+	d.Enqueue(sinks.NewItem(sinktest.Change(informer.OpAdded, "team-a", "cm-1", 1)))
+	poll(t, within, "the change to be delivered", func() bool { return d.Queued() == 0 }, state)
+
+	down()
+	poll(t, within, "the idle sink to be disconnected", func() bool {
+		return d.Health() == sinks.HealthDisconnected && gauge() == 0
+	}, state)
+	up()
+	poll(t, within, "the idle sink to be healthy again", func() bool {
+		return d.Health() == sinks.HealthOK && gauge() == 1
+	}, state)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	closed = true
+	if n := d.Close(ctx); n != 0 {
+		t.Fatalf("%d events undelivered", n)
+	}
+	if s := errs.String(); s != "" {
+		t.Errorf("logged at ERROR:\n%s", s)
+	}
+}
+
+func TestTheDispatcherSeesAnIdleKafkaSinkDisconnectedWhileKfakeIsDownAndHealthyOnceItIsBack(t *testing.T) {
+	f := startFake(t)
+	idleHealthFollowsTheBroker(t, f.addr(), f.stop, func() { f.startAgain(t) }, 10*time.Second)
 }
