@@ -229,13 +229,17 @@ func idleHealthFollowsTheBroker(t *testing.T, addr string, down, up func(), with
 	poll(t, within, "the change to be delivered", func() bool { return d.Queued() == 0 }, state)
 
 	down()
+	start := time.Now()
 	poll(t, within, "the idle sink to be disconnected", func() bool {
 		return d.Health() == sinks.HealthDisconnected && gauge() == 0
 	}, state)
+	t.Logf("disconnected %v after the broker went down", time.Since(start).Round(time.Millisecond))
 	up()
+	start = time.Now()
 	poll(t, within, "the idle sink to be healthy again", func() bool {
 		return d.Health() == sinks.HealthOK && gauge() == 1
 	}, state)
+	t.Logf("healthy %v after the broker was started again", time.Since(start).Round(time.Millisecond))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
