@@ -40,10 +40,12 @@ import (
 
 // probeInterval is how long the sink may go without a successful request
 // before the probe checks the connection. It bounds how long an idle sink
-// whose brokers went away still looks healthy in /readyz: about one
-// interval plus the dial timeout. Ten seconds is well inside a readiness
-// probe's usual failure window (3 × 10 s) and costs the broker one tiny
-// request per interval; a busy sink sends no probes at all.
+// whose brokers went away still looks healthy in /readyz: one to two
+// intervals when the brokers' hosts refuse the connection, and up to
+// requestTimeout more when packets to them are silently dropped. Ten
+// seconds keeps that near a readiness probe's usual failure window
+// (3 × 10 s) and costs the broker one tiny request per interval; a busy
+// sink sends no probes at all.
 const probeInterval = 10 * time.Second
 
 // link is what the sink last reported of its connection.
