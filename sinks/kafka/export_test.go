@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"time"
+
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/kubewire/kubewire/sinks"
@@ -32,3 +34,7 @@ func ProducerState(s sinks.Sink, topic string, partition int) (id int64, epoch i
 func EncodeIdempotent(recs []kafkago.Record, id int64, epoch int16, seq int32) ([]byte, error) {
 	return encodeIdempotent(recs, kafkago.Compression(0), producer{id: id, epoch: epoch, seq: seq, valid: true})
 }
+
+// SetProbeInterval sets how often the idle connection probe runs. Call it
+// before Connect.
+func SetProbeInterval(s sinks.Sink, d time.Duration) { s.(*Sink).probeEvery = d }

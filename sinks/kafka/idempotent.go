@@ -144,6 +144,7 @@ func (s *Sink) newProducerID(ctx context.Context) (producer, error) {
 	backoff := 20 * time.Millisecond
 	for {
 		pr, err := initProducerID(ctx, tr, client.Addr)
+		s.observe(err)
 		var ke kafkago.Error
 		if err == nil || !errors.As(err, &ke) || !ke.Temporary() {
 			return pr, err

@@ -91,6 +91,13 @@ type Sink struct {
 	// nAcked is len(acked), so that Writes skip the lock while nothing has
 	// failed.
 	nAcked atomic.Int64
+
+	// link is the connection state reported to the dispatcher (health.go);
+	// watching says the probe runs, every probeEvery (probeInterval, but
+	// shorter in tests).
+	link       link
+	watching   bool
+	probeEvery time.Duration
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -119,7 +126,9 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		topics:     map[string]*topic{},
 		sources:    map[string]string{},
 		acked:      map[ackKey]struct{}{},
+		probeEvery: probeInterval,
 	}
+	s.link.start = time.Now()
 	switch c.Acks {
 	case config.KafkaAcksAll:
 		s.acks = kafkago.RequireAll
@@ -169,11 +178,16 @@ func NewBalancer(name string) (kafkago.Balancer, error) {
 // Connect builds the client and checks that the brokers answer (and accept
 // the credentials). A fixed topic is looked up, and created if configured,
 // so a missing topic is reported before the first change. A failure is
-// counted in kubewire_sink_connect_failures_total by reason.
+// counted in kubewire_sink_connect_failures_total by reason. The first
+// success starts the connection probe (health.go).
 func (s *Sink) Connect(ctx context.Context) error {
 	err := s.connect(ctx)
 	if err != nil && !errors.Is(err, ErrClosed) {
 		metrics.SinkConnectFailures.WithLabelValues(s.name, connectReason(err)).Inc()
+	}
+	if err == nil {
+		s.observe(nil)
+		s.startWatching()
 	}
 	return err
 }
@@ -199,6 +213,7 @@ func (s *Sink) connect(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout.Duration)
 	defer cancel()
 	if _, err := client.Metadata(ctx, &kafkago.MetadataRequest{}); err != nil {
+		s.observe(err)
 		// kafka-go's SASL error names neither the mechanism nor the user, and
 		// those are what an operator checks first. The user name is not a
 		// secret; the password is never part of the message.
@@ -661,6 +676,9 @@ func (s *Sink) partitionCount(ctx context.Context, client *kafkago.Client, name 
 	for attempt := 0; ; attempt++ {
 		md, err := client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{name}})
 		if err != nil {
+			// Only a failure is news: kafka-go answers Metadata from its
+			// cache, so a success says nothing of the connection.
+			s.observe(err)
 			return 0, fmt.Errorf("kafka: metadata of topic %s: %w", name, err)
 		}
 		var tm *kafkago.Topic
@@ -693,6 +711,7 @@ func (s *Sink) createTopic(ctx context.Context, client *kafkago.Client, name str
 		ReplicationFactor: c.ReplicationFactor,
 		ConfigEntries:     []kafkago.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: c.CleanupPolicy}},
 	}}})
+	s.observe(err)
 	if err != nil {
 		return fmt.Errorf("kafka: create topic %s: %w", name, err)
 	}
@@ -963,6 +982,7 @@ func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.Pr
 	if err == nil && res != nil && res.Error != nil && !errors.Is(res.Error, kafkago.DuplicateSequenceNumber) {
 		err = res.Error
 	}
+	s.observe(err)
 	if err != nil {
 		metrics.KafkaProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
 		return fmt.Errorf("kafka: produce %d records to %s[%d]: %w", len(rs), p.topic, p.id, err)
