@@ -20,7 +20,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
@@ -129,28 +128,6 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	return root
 }
 
-// logger builds the process logger and routes klog (client-go's logging)
-// into it, so there is one structured stream with one level.
-func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)}
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler
-	switch g.logFormat {
-	case "text":
-		h = slog.NewTextHandler(w, opts)
-	case "json":
-		h = slog.NewJSONHandler(w, opts)
-	default:
-		return nil, usageError{fmt.Errorf("--log-format %q: want text or json", g.logFormat)}
-	}
-	l := slog.New(h)
-	klog.SetSlogLogger(l)
-	return l, nil
-}
-
 func newValidate(stdout io.Writer) *cobra.Command {
 	var path string
 	cmd := &cobra.Command{
@@ -200,7 +177,7 @@ func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			if err := verifiableSink(cfg, sink); err != nil {
 				return err
 			}
-			rc, err := restConfig(kubeconfig, kubecontext)
+			rc, _, err := restConfig(kubeconfig, kubecontext)
 			if err != nil {
 				return err
 			}
@@ -264,10 +241,11 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 					return err
 				}
 			}
-			rc, err := restConfig(kubeconfig, kubecontext)
+			rc, contextName, err := restConfig(kubeconfig, kubecontext)
 			if err != nil {
 				return err
 			}
+			logStartup(log, rc, contextName, cfg)
 			ctx, stop := signalContext(log)
 			defer stop()
 			a, err := app.New(app.Options{Config: cfg, REST: rc, Logger: log, Stdout: stdout})
@@ -418,18 +396,20 @@ func checkListenAddress(flag, addr string) error {
 // --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster
 // service account. It reads only local files and the environment, so every
 // failure is a usage error: a path, a context or the environment is wrong.
-func restConfig(kubeconfig, kubecontext string) (*rest.Config, error) {
+// It also returns the name of the context used, or "in-cluster".
+func restConfig(kubeconfig, kubecontext string) (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	if kubeconfig == "" {
 		// client-go skips $KUBECONFIG files that do not exist, and then
 		// fails with a message that names neither the variable nor a file.
 		if err := kubeconfigEnvExists(rules.Precedence); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubecontext}
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	rc, err := cc.ClientConfig()
 	if err != nil {
 		from := "from --kubeconfig " + kubeconfig
 		switch env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); {
@@ -439,9 +419,19 @@ func restConfig(kubeconfig, kubecontext string) (*rest.Config, error) {
 		default:
 			from = "(tried ~/.kube/config and the in-cluster service account; set --kubeconfig or $KUBECONFIG)"
 		}
-		return nil, usageError{fmt.Errorf("finding the cluster %s: %w", from, err)}
+		return nil, "", usageError{fmt.Errorf("finding the cluster %s: %w", from, err)}
 	}
-	return rc, nil
+	// client-go falls back to the service account only when no kubeconfig
+	// names a context.
+	contextName := "in-cluster"
+	if raw, err := cc.RawConfig(); err == nil {
+		if kubecontext != "" {
+			contextName = kubecontext
+		} else if raw.CurrentContext != "" {
+			contextName = raw.CurrentContext
+		}
+	}
+	return rc, contextName, nil
 }
 
 // kubeconfigEnvExists reports an error naming $KUBECONFIG when it is set
