@@ -124,33 +124,8 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout), newVerify(g, stdout, stderr), newVersion(stdout))
+	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout, stderr), newVerify(g, stdout, stderr), newVersion(stdout))
 	return root
-}
-
-func newValidate(stdout io.Writer) *cobra.Command {
-	var path string
-	cmd := &cobra.Command{
-		Use:   "validate --config FILE",
-		Short: "Check a config file without connecting to anything; exit 2 listing every error",
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if path == "" {
-				return usageError{errors.New("--config is required")}
-			}
-			cfg, err := loadConfig(path)
-			if err != nil {
-				return err
-			}
-			for _, w := range cfg.Warnings() {
-				fmt.Fprintf(stdout, "%s: warning: %s\n", path, w)
-			}
-			fmt.Fprintf(stdout, "%s: valid (%d resources, %d sinks)\n", path, len(cfg.Resources), len(cfg.Sinks))
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")
-	return cmd
 }
 
 func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
