@@ -118,6 +118,12 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "Stream Kubernetes object changes into Kafka and NATS as CloudEvents",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Example: `  # check a config, then stream with the current kubeconfig context
+  kubewire validate --config kubewire.yaml
+  kubewire run --config kubewire.yaml
+
+  # compare what a sink holds with the cluster
+  kubewire verify --config kubewire.yaml --sink events`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -134,7 +140,12 @@ func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify --config FILE --sink NAME",
 		Short: "Read a sink's topic or stream from the beginning and compare it with the cluster; exit 3 if they diverge",
-		Args:  noArgs,
+		Example: `  # compare the kafka sink "events" with the cluster of the current context
+  kubewire verify --config kubewire.yaml --sink events
+
+  # another cluster, and more time for a large topic
+  kubewire verify --config kubewire.yaml --sink events --kubeconfig ~/.kube/prod --context prod --timeout 15m`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if path == "" || sink == "" {
 				return usageError{errors.New("--config and --sink are required")}
@@ -194,7 +205,12 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
 		Short: "Watch the configured resources and stream their changes to the sinks",
-		Args:  noArgs,
+		Example: `  # outside a cluster: the current kubeconfig context, logs as JSON
+  kubewire run --config kubewire.yaml --log-format json
+
+  # one of several replicas in a pod: in-cluster config, only the leader publishes
+  kubewire run --config /etc/kubewire/config.yaml --leader-elect --leader-election-namespace kubewire`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if path == "" {
 				return usageError{errors.New("--config is required")}
