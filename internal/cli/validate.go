@@ -33,7 +33,7 @@ func newValidate(stdout, stderr io.Writer) *cobra.Command {
 	var strict bool
 	cmd := &cobra.Command{
 		Use:   "validate --config FILE [--kubeconfig FILE [--context NAME]] [--strict]",
-		Short: "Check a config file; exit 2 listing every error",
+		Short: "Check a config file offline or, with --kubeconfig, against a cluster; exit 2 listing every error",
 		Long: `Check a config file and exit 2 listing every error, each with its field path.
 
 Without --kubeconfig nothing is contacted. With --kubeconfig, validate also
@@ -209,7 +209,9 @@ func checkOnline(ctx context.Context, cfg *config.Config, base *rest.Config) (on
 
 // accessScopes lists the namespaces whose list and watch permission a
 // resource needs, "" standing for cluster-wide: each configured namespace
-// of a namespaced resource, else the whole cluster.
+// of a namespaced resource, else the whole cluster. It assumes one watch
+// per configured namespace; where run instead watches several namespaces
+// with one cluster-wide watch filtered locally, it must return "" for them.
 func accessScopes(r config.Resource, namespaced bool) []string {
 	if !namespaced || r.AllNamespaces() {
 		return []string{metav1.NamespaceAll}
