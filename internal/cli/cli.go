@@ -20,7 +20,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
@@ -119,61 +118,20 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "Stream Kubernetes object changes into Kafka and NATS as CloudEvents",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Example: `  # check a config, then stream with the current kubeconfig context
+  kubewire validate --config kubewire.yaml
+  kubewire run --config kubewire.yaml
+
+  # compare what a sink holds with the cluster
+  kubewire verify --config kubewire.yaml --sink events`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout), newVerify(g, stdout, stderr), newVersion(stdout))
+	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout, stderr), newVerify(g, stdout, stderr), newVersion(stdout))
 	return root
-}
-
-// logger builds the process logger and routes klog (client-go's logging)
-// into it, so there is one structured stream with one level.
-func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)}
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler
-	switch g.logFormat {
-	case "text":
-		h = slog.NewTextHandler(w, opts)
-	case "json":
-		h = slog.NewJSONHandler(w, opts)
-	default:
-		return nil, usageError{fmt.Errorf("--log-format %q: want text or json", g.logFormat)}
-	}
-	l := slog.New(h)
-	klog.SetSlogLogger(l)
-	return l, nil
-}
-
-func newValidate(stdout io.Writer) *cobra.Command {
-	var path string
-	cmd := &cobra.Command{
-		Use:   "validate --config FILE",
-		Short: "Check a config file without connecting to anything; exit 2 listing every error",
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if path == "" {
-				return usageError{errors.New("--config is required")}
-			}
-			cfg, err := loadConfig(path)
-			if err != nil {
-				return err
-			}
-			for _, w := range cfg.Warnings() {
-				fmt.Fprintf(stdout, "%s: warning: %s\n", path, w)
-			}
-			fmt.Fprintf(stdout, "%s: valid (%d resources, %d sinks)\n", path, len(cfg.Resources), len(cfg.Sinks))
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&path, "config", "", "path to the config file (required)")
-	return cmd
 }
 
 func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
@@ -182,7 +140,12 @@ func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify --config FILE --sink NAME",
 		Short: "Read a sink's topic or stream from the beginning and compare it with the cluster; exit 3 if they diverge",
-		Args:  noArgs,
+		Example: `  # compare the kafka sink "events" with the cluster of the current context
+  kubewire verify --config kubewire.yaml --sink events
+
+  # another cluster, and more time for a large topic
+  kubewire verify --config kubewire.yaml --sink events --kubeconfig ~/.kube/prod --context prod --timeout 15m`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if path == "" || sink == "" {
 				return usageError{errors.New("--config and --sink are required")}
@@ -200,7 +163,7 @@ func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			if err := verifiableSink(cfg, sink); err != nil {
 				return err
 			}
-			rc, err := restConfig(kubeconfig, kubecontext)
+			rc, _, err := restConfig(kubeconfig, kubecontext)
 			if err != nil {
 				return err
 			}
@@ -242,7 +205,12 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
 		Short: "Watch the configured resources and stream their changes to the sinks",
-		Args:  noArgs,
+		Example: `  # outside a cluster: the current kubeconfig context, logs as JSON
+  kubewire run --config kubewire.yaml --log-format json
+
+  # one of several replicas in a pod: in-cluster config, only the leader publishes
+  kubewire run --config /etc/kubewire/config.yaml --leader-elect --leader-election-namespace kubewire`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if path == "" {
 				return usageError{errors.New("--config is required")}
@@ -264,10 +232,11 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 					return err
 				}
 			}
-			rc, err := restConfig(kubeconfig, kubecontext)
+			rc, contextName, err := restConfig(kubeconfig, kubecontext)
 			if err != nil {
 				return err
 			}
+			logStartup(log, rc, contextName, cfg)
 			ctx, stop := signalContext(log)
 			defer stop()
 			a, err := app.New(app.Options{Config: cfg, REST: rc, Logger: log, Stdout: stdout})
@@ -418,18 +387,20 @@ func checkListenAddress(flag, addr string) error {
 // --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster
 // service account. It reads only local files and the environment, so every
 // failure is a usage error: a path, a context or the environment is wrong.
-func restConfig(kubeconfig, kubecontext string) (*rest.Config, error) {
+// It also returns the name of the context used, or "in-cluster".
+func restConfig(kubeconfig, kubecontext string) (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	if kubeconfig == "" {
 		// client-go skips $KUBECONFIG files that do not exist, and then
 		// fails with a message that names neither the variable nor a file.
 		if err := kubeconfigEnvExists(rules.Precedence); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubecontext}
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	rc, err := cc.ClientConfig()
 	if err != nil {
 		from := "from --kubeconfig " + kubeconfig
 		switch env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); {
@@ -439,9 +410,19 @@ func restConfig(kubeconfig, kubecontext string) (*rest.Config, error) {
 		default:
 			from = "(tried ~/.kube/config and the in-cluster service account; set --kubeconfig or $KUBECONFIG)"
 		}
-		return nil, usageError{fmt.Errorf("finding the cluster %s: %w", from, err)}
+		return nil, "", usageError{fmt.Errorf("finding the cluster %s: %w", from, err)}
 	}
-	return rc, nil
+	// client-go falls back to the service account only when no kubeconfig
+	// names a context.
+	contextName := "in-cluster"
+	if raw, err := cc.RawConfig(); err == nil {
+		if kubecontext != "" {
+			contextName = kubecontext
+		} else if raw.CurrentContext != "" {
+			contextName = raw.CurrentContext
+		}
+	}
+	return rc, contextName, nil
 }
 
 // kubeconfigEnvExists reports an error naming $KUBECONFIG when it is set
