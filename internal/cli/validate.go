@@ -209,11 +209,10 @@ func checkOnline(ctx context.Context, cfg *config.Config, base *rest.Config) (on
 
 // accessScopes lists the namespaces whose list and watch permission a
 // resource needs, "" standing for cluster-wide: each configured namespace
-// of a namespaced resource, else the whole cluster. It assumes one watch
-// per configured namespace; where run instead watches several namespaces
-// with one cluster-wide watch filtered locally, it must return "" for them.
+// when run watches them one by one (config.Resource.PerNamespaceWatch),
+// else the whole cluster, as run's one cluster-wide watch needs.
 func accessScopes(r config.Resource, namespaced bool) []string {
-	if !namespaced || r.AllNamespaces() {
+	if !namespaced || !r.PerNamespaceWatch() {
 		return []string{metav1.NamespaceAll}
 	}
 	return r.Namespaces
