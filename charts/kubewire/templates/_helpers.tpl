@@ -191,3 +191,121 @@ may use is refused.
 {{- define "kubewire.spoolClaimName" -}}
 {{- default (printf "%s-spool" (include "kubewire.fullname" .)) .Values.spool.persistence.existingClaim }}
 {{- end }}
+
+{{/*
+Checks across fields of config that values.schema.json cannot express. Each
+failure names the field path, the value and what was expected, as kubewire's
+own config errors do, so that a mistake fails `helm install` rather than
+leaving a pod in CrashLoopBackOff. kubewire checks the config in full when it
+starts; these checks never refuse a config kubewire accepts.
+*/}}
+{{- define "kubewire.checkConfig" -}}
+{{- $cfg := .Values.config }}
+{{- $sinkNames := list }}
+{{- $firstSink := dict }}
+{{- range $i, $s := $cfg.sinks }}
+{{- if hasKey $firstSink $s.name }}
+{{- fail (printf "config.sinks[%d].name %q: already the name of config.sinks[%v]; every sink needs a name of its own, which resources use to refer to it" $i $s.name (get $firstSink $s.name)) }}
+{{- end }}
+{{- $_ := set $firstSink $s.name $i }}
+{{- $sinkNames = append $sinkNames $s.name }}
+{{- end }}
+{{- $firstResource := dict }}
+{{- range $i, $r := $cfg.resources }}
+{{- $gr := printf "%s/%s" (default "" $r.group) $r.resource }}
+{{- if hasKey $firstResource $gr }}
+{{- fail (printf "config.resources[%d]: group %q resource %q is already watched by config.resources[%v]; kubewire runs one informer per resource, so merge the two entries" $i (default "" $r.group) $r.resource (get $firstResource $gr)) }}
+{{- end }}
+{{- $_ := set $firstResource $gr $i }}
+{{- range $j, $name := $r.sinks }}
+{{- if not (has $name $sinkNames) }}
+{{- $defined := list }}
+{{- range $sinkNames }}{{ $defined = append $defined (printf "%q" .) }}{{ end }}
+{{- fail (printf "config.resources[%d].sinks[%d] %q: no sink of that name in config.sinks (defined: %s); add it to config.sinks or fix the name" $i $j $name (join ", " $defined)) }}
+{{- end }}
+{{- end }}
+{{- with $r.labelSelector }}
+{{- include "kubewire.checkLabelSelector" (dict "path" (printf "config.resources[%d].labelSelector" $i) "value" .) }}
+{{- end }}
+{{- with $r.fieldSelector }}
+{{- include "kubewire.checkFieldSelector" (dict "path" (printf "config.resources[%d].fieldSelector" $i) "value" .) }}
+{{- end }}
+{{- end }}
+{{- $drain := 30.0 }}
+{{- with $cfg.dispatch }}{{ if hasKey . "drainTimeout" }}{{ $drain = include "kubewire.durationSeconds" .drainTimeout | float64 }}{{ end }}{{ end }}
+{{- if ge $drain (float64 .Values.terminationGracePeriodSeconds) }}
+{{- fail (printf "terminationGracePeriodSeconds %v: must be above config.dispatch.drainTimeout (%vs), or the kubelet kills kubewire while it drains queued events on shutdown; raise it or lower the drain timeout" .Values.terminationGracePeriodSeconds $drain) }}
+{{- end }}
+{{- if include "kubewire.leaderElect" . }}
+{{- $le := .Values.leaderElection }}
+{{- $lease := include "kubewire.durationSeconds" $le.leaseDuration | float64 }}
+{{- $renew := include "kubewire.durationSeconds" $le.renewDeadline | float64 }}
+{{- $retry := include "kubewire.durationSeconds" $le.retryPeriod | float64 }}
+{{- if not (and (gt $lease $renew) (gt $renew (mulf $retry 1.2)) (gt $retry 0.0)) }}
+{{- fail (printf "leaderElection: leaseDuration %v, renewDeadline %v and retryPeriod %v must satisfy leaseDuration > renewDeadline > 1.2 x retryPeriod > 0 (client-go's leader election refuses anything else)" $le.leaseDuration $le.renewDeadline $le.retryPeriod) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A Go duration as values.schema.json allows it ("1m30s", "500ms", or 0), in
+seconds.
+*/}}
+{{- define "kubewire.durationSeconds" -}}
+{{- $d := toString . }}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]*)?(ns|us|µs|ms|s|m|h)" $d -1 }}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]*)?" . }}
+{{- $unit := trimPrefix $num . }}
+{{- $total = addf $total (mulf (float64 $num) (get $units $unit)) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+The label selector mistakes a template can see: an empty requirement (a
+comma with nothing before or after it) and a requirement with no key
+("=x"). Commas inside "in (a, b)" are not separators.
+*/}}
+{{- define "kubewire.checkLabelSelector" -}}
+{{- $v := toString .value }}
+{{- if trim $v }}
+{{- $flat := regexReplaceAll "\\([^)]*\\)" $v "()" }}
+{{- range $term := splitList "," $flat }}
+{{- $t := trim $term }}
+{{- if not $t }}
+{{- fail (printf "%s %q: has an empty requirement (a comma with nothing before or after it); expected requirements separated by single commas, such as \"app=web,tier!=cache\"" $.path $v) }}
+{{- end }}
+{{- if regexMatch "^(==|!=|=)" $t }}
+{{- fail (printf "%s %q: the requirement %q has no label key; expected key=value, key!=value, key in (a,b), key or !key, such as \"app=web,tier!=cache\"" $.path $v $t) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The field selector mistakes a template can see: only blanks, a requirement
+without an operator ("metadata.name"), and one without a field name ("=x",
+which the API server would refuse at watch time). A selector with
+backslash escapes is left to kubewire.
+*/}}
+{{- define "kubewire.checkFieldSelector" -}}
+{{- $v := toString .value }}
+{{- if not (contains "\\" $v) }}
+{{- if not (trim $v) }}
+{{- fail (printf "%s %q: only blanks; leave it out to select every object, or write requirements such as \"metadata.name!=x\"" $.path $v) }}
+{{- end }}
+{{- range $term := splitList "," $v }}
+{{- if $term }}
+{{- if not (contains "=" $term) }}
+{{- fail (printf "%s %q: the requirement %q has no operator; expected field=value, field==value or field!=value, such as \"metadata.name!=x\"" $.path $v $term) }}
+{{- end }}
+{{- if regexMatch "^(==|!=|=)" $term }}
+{{- fail (printf "%s %q: the requirement %q has no field name; expected field=value, field==value or field!=value, such as \"metadata.name!=x\"" $.path $v $term) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
