@@ -309,3 +309,51 @@ backslash escapes is left to kubewire.
 {{- end }}
 {{- end }}
 
+{{/*
+A Kubernetes quantity in bytes, as a whole number: a decimal number with an
+optional binary (Ki..Ei) or decimal (k..E) suffix, or an exponent ("1e9").
+Returns "" for anything else (such as millibytes), so that callers can fall
+back rather than guess.
+*/}}
+{{- define "kubewire.quantityToBytes" -}}
+{{- $q := trim (toString .) }}
+{{- if or (kindIs "float64" .) (kindIs "int" .) (kindIs "int64" .) }}
+{{- /* A bare number in YAML reaches the template as a float64. */}}
+{{- $q = printf "%.0f" (float64 .) }}
+{{- end }}
+{{- $m := regexFindAll "^([0-9]+(\\.[0-9]+)?|\\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|[eE]\\+?[0-9]+)?$" $q -1 }}
+{{- if $m }}
+{{- $num := regexFind "^([0-9]+(\\.[0-9]+)?|\\.[0-9]+)" $q }}
+{{- $suffix := trimPrefix $num $q }}
+{{- $units := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 }}
+{{- $mult := 1.0 }}
+{{- if hasKey $units $suffix }}
+{{- $mult = get $units $suffix }}
+{{- else }}
+{{- $exp := int (trimPrefix "+" (substr 1 -1 $suffix)) }}
+{{- range until $exp }}{{ $mult = mulf $mult 10.0 }}{{ end }}
+{{- end }}
+{{- printf "%.0f" (floor (mulf (float64 $num) $mult)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+GOMEMLIMIT for the container: 90% of resources.limits.memory, in bytes, so
+that the Go garbage collector works harder as the heap nears the limit and
+leaves a tenth for what its limit does not cover (the binary's mapped
+pages, the kernel's page cache charged to the cgroup). Empty without a memory limit (no soft limit, as Go
+defaults), or when the limit is written in a form the template cannot read,
+or when env already sets GOMEMLIMIT (the user's value wins).
+*/}}
+{{- define "kubewire.goMemLimit" -}}
+{{- $userSet := false }}
+{{- range .Values.env }}{{ if eq .name "GOMEMLIMIT" }}{{ $userSet = true }}{{ end }}{{ end }}
+{{- if not $userSet }}
+{{- with .Values.resources }}{{ with .limits }}{{ with .memory }}
+{{- $bytes := include "kubewire.quantityToBytes" . }}
+{{- if $bytes }}
+{{- printf "%.0f" (floor (mulf (float64 $bytes) 0.9)) }}
+{{- end }}
+{{- end }}{{ end }}{{ end }}
+{{- end }}
+{{- end }}
