@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -168,6 +169,27 @@ func TestTheRenderedObjectsAreAdmittedByARealAPIServer(t *testing.T) {
 func serviceAccountClient(t *testing.T, r *packaging.Rendered) *rest.Config {
 	t.Helper()
 	ctx := context.Background()
+	sa := applyRBAC(t, r)
+	admin := testCluster(t).RESTConfig(testcluster.AdminUser)
+	tr, err := kubernetes.NewForConfigOrDie(admin).CoreV1().ServiceAccounts(sa.GetNamespace()).CreateToken(ctx, sa.GetName(),
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v", sa.GetNamespace(), sa.GetName(), err)
+	}
+	return &rest.Config{
+		Host:            admin.Host,
+		BearerToken:     tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: admin.TLSClientConfig.CAData},
+		QPS:             50,
+		Burst:           100,
+	}
+}
+
+// applyRBAC creates the chart's ServiceAccount and RBAC objects for real
+// and returns the ServiceAccount.
+func applyRBAC(t *testing.T, r *packaging.Rendered) *unstructured.Unstructured {
+	t.Helper()
+	ctx := context.Background()
 	a := newApplier(t)
 	var sa *unstructured.Unstructured
 	for _, m := range r.Manifests {
@@ -184,18 +206,89 @@ func serviceAccountClient(t *testing.T, r *packaging.Rendered) *rest.Config {
 	if sa == nil {
 		t.Fatal("the chart rendered no ServiceAccount")
 	}
-	admin := testCluster(t).RESTConfig(testcluster.AdminUser)
-	tr, err := kubernetes.NewForConfigOrDie(admin).CoreV1().ServiceAccounts(sa.GetNamespace()).CreateToken(ctx, sa.GetName(),
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
+	return sa
+}
+
+// allowed asks the API server, as admin, whether the ServiceAccount sa may
+// do verb on group/resource in namespace ns ("" for all namespaces), with
+// a SubjectAccessReview for the user and groups its token authenticates as.
+func allowed(t *testing.T, sa *unstructured.Unstructured, verb, group, resource, ns string) bool {
+	t.Helper()
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   "system:serviceaccount:" + sa.GetNamespace() + ":" + sa.GetName(),
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + sa.GetNamespace(), "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ns, Verb: verb, Group: group, Resource: resource,
+		},
+	}}
+	got, err := adminClient(t).AuthorizationV1().SubjectAccessReviews().Create(context.Background(), review, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("TokenRequest for %s/%s: %v", sa.GetNamespace(), sa.GetName(), err)
+		t.Fatalf("SubjectAccessReview %s %s in %q: %v", verb, resource, ns, err)
 	}
-	return &rest.Config{
-		Host:            admin.Host,
-		BearerToken:     tr.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: admin.TLSClientConfig.CAData},
-		QPS:             50,
-		Burst:           100,
+	return got.Status.Allowed
+}
+
+func TestResourcesWatchedPerNamespaceAreReadableThereAndNowhereElse(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		resource string
+		// field is the resource entry's watchPerNamespace, as YAML, or "".
+		field string
+		// clusterWide: the chart must fall back to a ClusterRole, so the
+		// resource is readable in every namespace.
+		clusterWide bool
+	}{
+		{name: "secrets in two namespaces are granted by a Role in each by default", resource: "secrets"},
+		{name: "configmaps in two namespaces with watchPerNamespace are granted by a Role in each", resource: "configmaps", field: "true"},
+		{name: "secrets in two namespaces with watchPerNamespace false are granted cluster-wide", resource: "secrets", field: "false", clusterWide: true},
+		{name: "configmaps in two namespaces are granted cluster-wide by default", resource: "configmaps", clusterWide: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rel, a, b, other := unique("rel"), unique("watched-a"), unique("watched-b"), unique("other")
+			for _, ns := range []string{rel, a, b, other} {
+				createNamespace(t, ns)
+			}
+			field := ""
+			if tc.field != "" {
+				field = ", watchPerNamespace: " + tc.field
+			}
+			r := render(t, "kw", rel, fmt.Sprintf(`
+config:
+  cluster: test
+  resources: [{version: v1, resource: %s, namespaces: [%s, %s], sinks: [out]%s}]
+  sinks: [{name: out, type: stdout}]
+`, tc.resource, a, b, field))
+			if crs := r.Objects("ClusterRole"); (len(crs) > 0) != tc.clusterWide {
+				t.Errorf("rendered %d ClusterRoles; want one exactly when the grant is cluster-wide (%v)", len(crs), tc.clusterWide)
+			}
+			sa := applyRBAC(t, r)
+
+			// RBAC is read from the API server's cache, so a fresh grant is
+			// waited for; once every grant is seen, a denial is final.
+			for _, ns := range []string{a, b} {
+				for _, verb := range []string{"get", "list", "watch"} {
+					apptest.Eventually(t, fmt.Sprintf("%s %s in %s to be allowed", verb, tc.resource, ns), func() bool {
+						return allowed(t, sa, verb, "", tc.resource, ns)
+					})
+				}
+			}
+			for _, c := range []struct{ what, ns string }{
+				{"in a namespace not watched", other},
+				{"in the release namespace", rel},
+				{"in all namespaces at once", ""},
+			} {
+				for _, verb := range []string{"get", "list", "watch"} {
+					if got := allowed(t, sa, verb, "", tc.resource, c.ns); got != tc.clusterWide {
+						t.Errorf("%s %s %s: allowed %v, want %v", verb, tc.resource, c.what, got, tc.clusterWide)
+					}
+				}
+			}
+			for _, verb := range []string{"create", "update", "delete"} {
+				if allowed(t, sa, verb, "", tc.resource, a) {
+					t.Errorf("%s %s in a watched namespace is allowed; kubewire only reads", verb, tc.resource)
+				}
+			}
+		})
 	}
 }
 

@@ -89,9 +89,13 @@ How kubewire reads each configured resource decides which grant it needs
   - no namespaces (or an empty list): one cluster-wide LIST/WATCH;
   - exactly one namespace: a LIST/WATCH in that namespace, so a Role there
     suffices;
-  - several namespaces: one cluster-wide LIST/WATCH filtered before the
-    cache, which needs cluster-wide permission even though only the listed
-    namespaces are kept.
+  - several namespaces with watchPerNamespace: one LIST/WATCH in each of
+    them, so a Role in each suffices. watchPerNamespace defaults to true
+    for core secrets, where a cluster-wide grant would let kubewire read
+    every Secret of the cluster, and to false otherwise;
+  - several namespaces without it: one cluster-wide LIST/WATCH filtered
+    before the cache, which needs cluster-wide permission even though only
+    the listed namespaces are kept.
 This returns that split as YAML:
   cluster: [{group, resource}...]
   namespaces: {ns: [{group, resource}...]}
@@ -100,11 +104,19 @@ This returns that split as YAML:
 {{- $cluster := list }}
 {{- $byNamespace := dict }}
 {{- range $i, $r := .Values.config.resources }}
-{{- $rule := dict "group" (default "" $r.group) "resource" $r.resource }}
+{{- $group := default "" $r.group }}
+{{- $rule := dict "group" $group "resource" $r.resource }}
 {{- $nss := default (list) $r.namespaces }}
-{{- if eq (len $nss) 1 }}
-{{- $ns := first $nss }}
+{{- $perNamespace := and (eq $group "") (eq $r.resource "secrets") }}
+{{- if hasKey $r "watchPerNamespace" }}
+{{- if not (kindIs "invalid" $r.watchPerNamespace) }}
+{{- $perNamespace = $r.watchPerNamespace }}
+{{- end }}
+{{- end }}
+{{- if or (eq (len $nss) 1) (and $perNamespace (gt (len $nss) 1)) }}
+{{- range $ns := $nss }}
 {{- $_ := set $byNamespace $ns (append (get $byNamespace $ns | default (list)) $rule) }}
+{{- end }}
 {{- else }}
 {{- $cluster = append $cluster $rule }}
 {{- end }}
