@@ -221,6 +221,12 @@ metrics:
   serviceMonitor:
     enabled: true
     labels: {release: prometheus}
+prometheusRule:
+  enabled: true
+  labels: {release: prometheus}
+  alertLabels: {team: platform}
+  disabledAlerts: [KubewireKafkaProduceSlow]
+  staleAfter: {deployments.apps: 6h}
 dashboard:
   enabled: true
 networkPolicy:
@@ -251,7 +257,7 @@ imagePullSecrets: [{name: registry}]
 priorityClassName: platform-high
 `,
 			clusterRules: []string{"apps/deployments"},
-			kinds:        []string{"ServiceMonitor", "NetworkPolicy", "ConfigMap"},
+			kinds:        []string{"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "ConfigMap"},
 		},
 		{
 			name: "a spool kept on a PersistentVolumeClaim for sinks that spool and one that conflates",

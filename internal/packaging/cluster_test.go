@@ -18,7 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	runtimeschema "k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -93,50 +93,106 @@ func (a *applier) create(ctx context.Context, obj *unstructured.Unstructured, dr
 	return err
 }
 
-var serviceMonitorCRD sync.Once
+var (
+	monitoringCRDsMu sync.Mutex
+	monitoringCRDs   = map[string]bool{}
+)
 
-// installServiceMonitorCRD serves monitoring.coreos.com/v1 ServiceMonitors,
-// as the Prometheus Operator would, so the optional ServiceMonitor is
-// admitted like every other object. Its schema is open: what is checked
-// here is that the API server accepts the object, not the operator's rules.
-func installServiceMonitorCRD(t *testing.T, a *applier) {
+// installMonitoringCRD serves a monitoring.coreos.com/v1 kind
+// (ServiceMonitor, PrometheusRule) as the Prometheus Operator would, so
+// that the chart's optional objects are admitted like every other object.
+// The schema is the one given, or open: what is checked is that the API
+// server accepts the object, with the operator's own rules where a schema
+// states them.
+func installMonitoringCRD(t *testing.T, a *applier, kind string, schema *apiextensionsv1.JSONSchemaProps) {
 	t.Helper()
-	serviceMonitorCRD.Do(func() {
-		ctx := context.Background()
+	plural := strings.ToLower(kind) + "s"
+	monitoringCRDsMu.Lock()
+	defer monitoringCRDsMu.Unlock()
+	if !monitoringCRDs[kind] {
+		if schema == nil {
+			preserve := true
+			schema = &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}
+		}
 		crds := apiextensionsclient.NewForConfigOrDie(testCluster(t).RESTConfig(testcluster.AdminUser))
-		preserve := true
 		crd := &apiextensionsv1.CustomResourceDefinition{
-			ObjectMeta: metav1.ObjectMeta{Name: "servicemonitors.monitoring.coreos.com"},
+			ObjectMeta: metav1.ObjectMeta{Name: plural + ".monitoring.coreos.com"},
 			Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 				Group: "monitoring.coreos.com",
 				Names: apiextensionsv1.CustomResourceDefinitionNames{
-					Plural: "servicemonitors", Singular: "servicemonitor", Kind: "ServiceMonitor", ListKind: "ServiceMonitorList",
+					Plural: plural, Singular: strings.ToLower(kind), Kind: kind, ListKind: kind + "List",
 				},
 				Scope: apiextensionsv1.NamespaceScoped,
 				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
 					Name: "v1", Served: true, Storage: true,
-					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-						Type: "object", XPreserveUnknownFields: &preserve,
-					}},
+					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: schema},
 				}},
 			},
 		}
-		if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create ServiceMonitor CRD: %v", err)
+		if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(context.Background(), crd, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s CRD: %v", kind, err)
 		}
-	})
+		monitoringCRDs[kind] = true
+	}
 	// The CRD is served a moment after it is created; discovery must then be
 	// read again.
-	apptest.Eventually(t, "ServiceMonitors to be served", func() bool {
+	apptest.Eventually(t, kind+"s to be served", func() bool {
 		a.mapper.Reset()
-		_, err := a.mapper.RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"}, "v1")
+		_, err := a.mapper.RESTMapping(runtimeschema.GroupKind{Group: "monitoring.coreos.com", Kind: kind}, "v1")
 		return err == nil
+	})
+}
+
+func installServiceMonitorCRD(t *testing.T, a *applier) {
+	t.Helper()
+	installMonitoringCRD(t, a, "ServiceMonitor", nil)
+}
+
+// installPrometheusRuleCRD serves PrometheusRules with the part of the
+// Prometheus Operator's schema the chart's rule uses: groups with a name,
+// rules with an expr, a duration in for, and string labels and
+// annotations. Unknown fields are refused, as a strict create does.
+func installPrometheusRuleCRD(t *testing.T, a *applier) {
+	t.Helper()
+	str := apiextensionsv1.JSONSchemaProps{Type: "string"}
+	strMap := apiextensionsv1.JSONSchemaProps{Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Allows: true, Schema: &str}}
+	intOrString := true
+	rule := apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"expr"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"alert":  str,
+			"record": str,
+			"expr":   {XIntOrString: intOrString, AnyOf: []apiextensionsv1.JSONSchemaProps{{Type: "integer"}, {Type: "string"}}},
+			"for": {Type: "string",
+				Pattern: `^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$`},
+			"labels":      strMap,
+			"annotations": strMap,
+		},
+	}
+	group := apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"name"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"name":     {Type: "string", MinLength: ptr(int64(1))},
+			"interval": str,
+			"rules":    {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &rule}},
+		},
+	}
+	installMonitoringCRD(t, a, "PrometheusRule", &apiextensionsv1.JSONSchemaProps{
+		Type: "object",
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"groups": {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &group}},
+			}},
+		},
 	})
 }
 
 func TestTheRenderedObjectsAreAdmittedByARealAPIServer(t *testing.T) {
 	a := newApplier(t)
 	installServiceMonitorCRD(t, a)
+	installPrometheusRuleCRD(t, a)
 	ctx := context.Background()
 	nsA, nsB := unique("team-a"), unique("team-b")
 	createNamespace(t, nsA)
