@@ -203,7 +203,7 @@ func TestTheRenderedObjectsAreAdmittedByARealAPIServer(t *testing.T) {
 			createNamespace(t, rel)
 			r := render(t, "kw", rel, vs.values)
 			a.warn.take()
-			for _, m := range r.Manifests {
+			for _, m := range append(slices.Clone(r.Manifests), r.Hooks...) {
 				o := m.Object
 				if err := a.create(ctx, o, true); err != nil {
 					t.Errorf("%s %s/%s (from %s) is refused: %v", o.GetKind(), o.GetNamespace(), o.GetName(), m.Source, err)

@@ -41,6 +41,25 @@ app.kubernetes.io/part-of: kubewire
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/*
+The `helm test` Pod's labels. Its name label differs from kubewire's, so
+that the metrics Service, the PodDisruptionBudget and the NetworkPolicy,
+which select kubewire's pods by name and instance, never pick it up.
+*/}}
+{{- define "kubewire.testSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubewire.name" . | trunc 58 | trimSuffix "-" }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kubewire.testLabels" -}}
+helm.sh/chart: {{ include "kubewire.chart" . }}
+{{ include "kubewire.testSelectorLabels" . }}
+app.kubernetes.io/version: {{ include "kubewire.imageTag" . | trunc 63 | quote }}
+app.kubernetes.io/component: test
+app.kubernetes.io/part-of: kubewire
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
 {{- define "kubewire.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "kubewire.fullname" .) .Values.serviceAccount.name }}
