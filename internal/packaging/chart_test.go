@@ -96,6 +96,56 @@ config:
 			roleRules:    map[string][]string{nsB: {"batch/jobs"}},
 		},
 		{
+			name: "secrets watched in several namespaces get a Role in each, never a cluster-wide read of Secrets",
+			values: fmt.Sprintf(`
+config:
+  cluster: shop-eu-1
+  resources:
+    - version: v1
+      resource: secrets
+      namespaces: [%[1]s, %[2]s]
+      sinks: [out]
+    - version: v1
+      resource: configmaps
+      namespaces: [%[1]s]
+      sinks: [out]
+  sinks:
+    - name: out
+      type: stdout
+`, nsA, nsB),
+			roleRules: map[string][]string{nsA: {"/secrets", "/configmaps"}, nsB: {"/secrets"}},
+			kinds:     []string{"Role", "RoleBinding"},
+		},
+		{
+			name: "watchPerNamespace decides between a Role in each namespace and a ClusterRole",
+			values: fmt.Sprintf(`
+config:
+  cluster: shop-eu-1
+  resources:
+    - version: v1
+      resource: configmaps
+      namespaces: [%[1]s, %[2]s]
+      watchPerNamespace: true
+      sinks: [out]
+    - version: v1
+      resource: secrets
+      namespaces: [%[1]s, %[2]s]
+      watchPerNamespace: false
+      sinks: [out]
+    - group: apps
+      version: v1
+      resource: deployments
+      namespaces: [%[2]s]
+      watchPerNamespace: false
+      sinks: [out]
+  sinks:
+    - name: out
+      type: stdout
+`, nsA, nsB),
+			clusterRules: []string{"/secrets"},
+			roleRules:    map[string][]string{nsA: {"/configmaps"}, nsB: {"/configmaps", "apps/deployments"}},
+		},
+		{
 			name:           "two replicas turn on leader election, its Lease Role and a PodDisruptionBudget",
 			values:         `replicaCount: 2`,
 			clusterRules:   []string{"apps/deployments"},
@@ -171,6 +221,12 @@ metrics:
   serviceMonitor:
     enabled: true
     labels: {release: prometheus}
+prometheusRule:
+  enabled: true
+  labels: {release: prometheus}
+  alertLabels: {team: platform}
+  disabledAlerts: [KubewireKafkaProduceSlow]
+  staleAfter: {deployments.apps: 6h}
 dashboard:
   enabled: true
 networkPolicy:
@@ -201,7 +257,7 @@ imagePullSecrets: [{name: registry}]
 priorityClassName: platform-high
 `,
 			clusterRules: []string{"apps/deployments"},
-			kinds:        []string{"ServiceMonitor", "NetworkPolicy", "ConfigMap"},
+			kinds:        []string{"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "ConfigMap"},
 		},
 		{
 			name: "a spool kept on a PersistentVolumeClaim for sinks that spool and one that conflates",

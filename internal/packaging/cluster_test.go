@@ -11,13 +11,14 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	runtimeschema "k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -92,50 +93,106 @@ func (a *applier) create(ctx context.Context, obj *unstructured.Unstructured, dr
 	return err
 }
 
-var serviceMonitorCRD sync.Once
+var (
+	monitoringCRDsMu sync.Mutex
+	monitoringCRDs   = map[string]bool{}
+)
 
-// installServiceMonitorCRD serves monitoring.coreos.com/v1 ServiceMonitors,
-// as the Prometheus Operator would, so the optional ServiceMonitor is
-// admitted like every other object. Its schema is open: what is checked
-// here is that the API server accepts the object, not the operator's rules.
-func installServiceMonitorCRD(t *testing.T, a *applier) {
+// installMonitoringCRD serves a monitoring.coreos.com/v1 kind
+// (ServiceMonitor, PrometheusRule) as the Prometheus Operator would, so
+// that the chart's optional objects are admitted like every other object.
+// The schema is the one given, or open: what is checked is that the API
+// server accepts the object, with the operator's own rules where a schema
+// states them.
+func installMonitoringCRD(t *testing.T, a *applier, kind string, schema *apiextensionsv1.JSONSchemaProps) {
 	t.Helper()
-	serviceMonitorCRD.Do(func() {
-		ctx := context.Background()
+	plural := strings.ToLower(kind) + "s"
+	monitoringCRDsMu.Lock()
+	defer monitoringCRDsMu.Unlock()
+	if !monitoringCRDs[kind] {
+		if schema == nil {
+			preserve := true
+			schema = &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}
+		}
 		crds := apiextensionsclient.NewForConfigOrDie(testCluster(t).RESTConfig(testcluster.AdminUser))
-		preserve := true
 		crd := &apiextensionsv1.CustomResourceDefinition{
-			ObjectMeta: metav1.ObjectMeta{Name: "servicemonitors.monitoring.coreos.com"},
+			ObjectMeta: metav1.ObjectMeta{Name: plural + ".monitoring.coreos.com"},
 			Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 				Group: "monitoring.coreos.com",
 				Names: apiextensionsv1.CustomResourceDefinitionNames{
-					Plural: "servicemonitors", Singular: "servicemonitor", Kind: "ServiceMonitor", ListKind: "ServiceMonitorList",
+					Plural: plural, Singular: strings.ToLower(kind), Kind: kind, ListKind: kind + "List",
 				},
 				Scope: apiextensionsv1.NamespaceScoped,
 				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
 					Name: "v1", Served: true, Storage: true,
-					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-						Type: "object", XPreserveUnknownFields: &preserve,
-					}},
+					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: schema},
 				}},
 			},
 		}
-		if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create ServiceMonitor CRD: %v", err)
+		if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(context.Background(), crd, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s CRD: %v", kind, err)
 		}
-	})
+		monitoringCRDs[kind] = true
+	}
 	// The CRD is served a moment after it is created; discovery must then be
 	// read again.
-	apptest.Eventually(t, "ServiceMonitors to be served", func() bool {
+	apptest.Eventually(t, kind+"s to be served", func() bool {
 		a.mapper.Reset()
-		_, err := a.mapper.RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"}, "v1")
+		_, err := a.mapper.RESTMapping(runtimeschema.GroupKind{Group: "monitoring.coreos.com", Kind: kind}, "v1")
 		return err == nil
+	})
+}
+
+func installServiceMonitorCRD(t *testing.T, a *applier) {
+	t.Helper()
+	installMonitoringCRD(t, a, "ServiceMonitor", nil)
+}
+
+// installPrometheusRuleCRD serves PrometheusRules with the part of the
+// Prometheus Operator's schema the chart's rule uses: groups with a name,
+// rules with an expr, a duration in for, and string labels and
+// annotations. Unknown fields are refused, as a strict create does.
+func installPrometheusRuleCRD(t *testing.T, a *applier) {
+	t.Helper()
+	str := apiextensionsv1.JSONSchemaProps{Type: "string"}
+	strMap := apiextensionsv1.JSONSchemaProps{Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Allows: true, Schema: &str}}
+	intOrString := true
+	rule := apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"expr"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"alert":  str,
+			"record": str,
+			"expr":   {XIntOrString: intOrString, AnyOf: []apiextensionsv1.JSONSchemaProps{{Type: "integer"}, {Type: "string"}}},
+			"for": {Type: "string",
+				Pattern: `^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$`},
+			"labels":      strMap,
+			"annotations": strMap,
+		},
+	}
+	group := apiextensionsv1.JSONSchemaProps{
+		Type:     "object",
+		Required: []string{"name"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"name":     {Type: "string", MinLength: ptr(int64(1))},
+			"interval": str,
+			"rules":    {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &rule}},
+		},
+	}
+	installMonitoringCRD(t, a, "PrometheusRule", &apiextensionsv1.JSONSchemaProps{
+		Type: "object",
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"groups": {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &group}},
+			}},
+		},
 	})
 }
 
 func TestTheRenderedObjectsAreAdmittedByARealAPIServer(t *testing.T) {
 	a := newApplier(t)
 	installServiceMonitorCRD(t, a)
+	installPrometheusRuleCRD(t, a)
 	ctx := context.Background()
 	nsA, nsB := unique("team-a"), unique("team-b")
 	createNamespace(t, nsA)
@@ -146,7 +203,7 @@ func TestTheRenderedObjectsAreAdmittedByARealAPIServer(t *testing.T) {
 			createNamespace(t, rel)
 			r := render(t, "kw", rel, vs.values)
 			a.warn.take()
-			for _, m := range r.Manifests {
+			for _, m := range append(slices.Clone(r.Manifests), r.Hooks...) {
 				o := m.Object
 				if err := a.create(ctx, o, true); err != nil {
 					t.Errorf("%s %s/%s (from %s) is refused: %v", o.GetKind(), o.GetNamespace(), o.GetName(), m.Source, err)
@@ -168,6 +225,27 @@ func TestTheRenderedObjectsAreAdmittedByARealAPIServer(t *testing.T) {
 func serviceAccountClient(t *testing.T, r *packaging.Rendered) *rest.Config {
 	t.Helper()
 	ctx := context.Background()
+	sa := applyRBAC(t, r)
+	admin := testCluster(t).RESTConfig(testcluster.AdminUser)
+	tr, err := kubernetes.NewForConfigOrDie(admin).CoreV1().ServiceAccounts(sa.GetNamespace()).CreateToken(ctx, sa.GetName(),
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v", sa.GetNamespace(), sa.GetName(), err)
+	}
+	return &rest.Config{
+		Host:            admin.Host,
+		BearerToken:     tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: admin.TLSClientConfig.CAData},
+		QPS:             50,
+		Burst:           100,
+	}
+}
+
+// applyRBAC creates the chart's ServiceAccount and RBAC objects for real
+// and returns the ServiceAccount.
+func applyRBAC(t *testing.T, r *packaging.Rendered) *unstructured.Unstructured {
+	t.Helper()
+	ctx := context.Background()
 	a := newApplier(t)
 	var sa *unstructured.Unstructured
 	for _, m := range r.Manifests {
@@ -184,18 +262,89 @@ func serviceAccountClient(t *testing.T, r *packaging.Rendered) *rest.Config {
 	if sa == nil {
 		t.Fatal("the chart rendered no ServiceAccount")
 	}
-	admin := testCluster(t).RESTConfig(testcluster.AdminUser)
-	tr, err := kubernetes.NewForConfigOrDie(admin).CoreV1().ServiceAccounts(sa.GetNamespace()).CreateToken(ctx, sa.GetName(),
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
+	return sa
+}
+
+// allowed asks the API server, as admin, whether the ServiceAccount sa may
+// do verb on group/resource in namespace ns ("" for all namespaces), with
+// a SubjectAccessReview for the user and groups its token authenticates as.
+func allowed(t *testing.T, sa *unstructured.Unstructured, verb, group, resource, ns string) bool {
+	t.Helper()
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   "system:serviceaccount:" + sa.GetNamespace() + ":" + sa.GetName(),
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + sa.GetNamespace(), "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ns, Verb: verb, Group: group, Resource: resource,
+		},
+	}}
+	got, err := adminClient(t).AuthorizationV1().SubjectAccessReviews().Create(context.Background(), review, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("TokenRequest for %s/%s: %v", sa.GetNamespace(), sa.GetName(), err)
+		t.Fatalf("SubjectAccessReview %s %s in %q: %v", verb, resource, ns, err)
 	}
-	return &rest.Config{
-		Host:            admin.Host,
-		BearerToken:     tr.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: admin.TLSClientConfig.CAData},
-		QPS:             50,
-		Burst:           100,
+	return got.Status.Allowed
+}
+
+func TestResourcesWatchedPerNamespaceAreReadableThereAndNowhereElse(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		resource string
+		// field is the resource entry's watchPerNamespace, as YAML, or "".
+		field string
+		// clusterWide: the chart must fall back to a ClusterRole, so the
+		// resource is readable in every namespace.
+		clusterWide bool
+	}{
+		{name: "secrets in two namespaces are granted by a Role in each by default", resource: "secrets"},
+		{name: "configmaps in two namespaces with watchPerNamespace are granted by a Role in each", resource: "configmaps", field: "true"},
+		{name: "secrets in two namespaces with watchPerNamespace false are granted cluster-wide", resource: "secrets", field: "false", clusterWide: true},
+		{name: "configmaps in two namespaces are granted cluster-wide by default", resource: "configmaps", clusterWide: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rel, a, b, other := unique("rel"), unique("watched-a"), unique("watched-b"), unique("other")
+			for _, ns := range []string{rel, a, b, other} {
+				createNamespace(t, ns)
+			}
+			field := ""
+			if tc.field != "" {
+				field = ", watchPerNamespace: " + tc.field
+			}
+			r := render(t, "kw", rel, fmt.Sprintf(`
+config:
+  cluster: test
+  resources: [{version: v1, resource: %s, namespaces: [%s, %s], sinks: [out]%s}]
+  sinks: [{name: out, type: stdout}]
+`, tc.resource, a, b, field))
+			if crs := r.Objects("ClusterRole"); (len(crs) > 0) != tc.clusterWide {
+				t.Errorf("rendered %d ClusterRoles; want one exactly when the grant is cluster-wide (%v)", len(crs), tc.clusterWide)
+			}
+			sa := applyRBAC(t, r)
+
+			// RBAC is read from the API server's cache, so a fresh grant is
+			// waited for; once every grant is seen, a denial is final.
+			for _, ns := range []string{a, b} {
+				for _, verb := range []string{"get", "list", "watch"} {
+					apptest.Eventually(t, fmt.Sprintf("%s %s in %s to be allowed", verb, tc.resource, ns), func() bool {
+						return allowed(t, sa, verb, "", tc.resource, ns)
+					})
+				}
+			}
+			for _, c := range []struct{ what, ns string }{
+				{"in a namespace not watched", other},
+				{"in the release namespace", rel},
+				{"in all namespaces at once", ""},
+			} {
+				for _, verb := range []string{"get", "list", "watch"} {
+					if got := allowed(t, sa, verb, "", tc.resource, c.ns); got != tc.clusterWide {
+						t.Errorf("%s %s %s: allowed %v, want %v", verb, tc.resource, c.what, got, tc.clusterWide)
+					}
+				}
+			}
+			for _, verb := range []string{"create", "update", "delete"} {
+				if allowed(t, sa, verb, "", tc.resource, a) {
+					t.Errorf("%s %s in a watched namespace is allowed; kubewire only reads", verb, tc.resource)
+				}
+			}
+		})
 	}
 }
 

@@ -56,11 +56,14 @@ type Manifest struct {
 	Object *unstructured.Unstructured
 }
 
-// Rendered is a rendered release: its objects in Helm's install order, and
-// the text of NOTES.txt.
+// Rendered is a rendered release: its objects in Helm's install order, its
+// hooks (the `helm test` Pod), and the text of NOTES.txt.
 type Rendered struct {
 	Manifests []Manifest
-	Notes     string
+	// Hooks are the objects Helm creates only on a hook event, such as
+	// `helm test`, not on install; deploy/kubewire.yaml leaves them out.
+	Hooks []Manifest
+	Notes string
 }
 
 // Objects returns the rendered objects of the given kind.
@@ -125,27 +128,44 @@ func Render(chartDir string, rel Release) (*Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(hooks) > 0 {
-		// The chart has no hooks; one appearing would not be in deploy/.
-		return nil, fmt.Errorf("unexpected hook in %s", hooks[0].Path)
-	}
 	for _, m := range manifests {
-		j, err := yaml.YAMLToJSON([]byte(m.Content))
+		mf, ok, err := decode(m.Name, m.Content)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", m.Name, err)
+			return nil, err
 		}
-		if string(j) == "null" || string(j) == "{}" {
-			continue // a template that rendered nothing
+		if ok {
+			out.Manifests = append(out.Manifests, mf)
 		}
-		// The unstructured decoder keeps integers as int64, as client-go
-		// does, rather than YAML's float64.
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(j); err != nil {
-			return nil, fmt.Errorf("%s: %w", m.Name, err)
+	}
+	for _, h := range hooks {
+		mf, ok, err := decode(h.Path, h.Manifest)
+		if err != nil {
+			return nil, err
 		}
-		out.Manifests = append(out.Manifests, Manifest{Source: m.Name, YAML: m.Content, Object: u})
+		if ok {
+			out.Hooks = append(out.Hooks, mf)
+		}
 	}
 	return out, nil
+}
+
+// decode parses one rendered object; ok is false for a template that
+// rendered nothing.
+func decode(source, content string) (m Manifest, ok bool, err error) {
+	j, err := yaml.YAMLToJSON([]byte(content))
+	if err != nil {
+		return Manifest{}, false, fmt.Errorf("%s: %w", source, err)
+	}
+	if string(j) == "null" || string(j) == "{}" {
+		return Manifest{}, false, nil
+	}
+	// The unstructured decoder keeps integers as int64, as client-go does,
+	// rather than YAML's float64.
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(j); err != nil {
+		return Manifest{}, false, fmt.Errorf("%s: %w", source, err)
+	}
+	return Manifest{Source: source, YAML: content, Object: u}, true, nil
 }
 
 // deployHeader opens deploy/kubewire.yaml.

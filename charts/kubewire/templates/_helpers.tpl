@@ -41,6 +41,25 @@ app.kubernetes.io/part-of: kubewire
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/*
+The `helm test` Pod's labels. Its name label differs from kubewire's, so
+that the metrics Service, the PodDisruptionBudget and the NetworkPolicy,
+which select kubewire's pods by name and instance, never pick it up.
+*/}}
+{{- define "kubewire.testSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubewire.name" . | trunc 58 | trimSuffix "-" }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kubewire.testLabels" -}}
+helm.sh/chart: {{ include "kubewire.chart" . }}
+{{ include "kubewire.testSelectorLabels" . }}
+app.kubernetes.io/version: {{ include "kubewire.imageTag" . | trunc 63 | quote }}
+app.kubernetes.io/component: test
+app.kubernetes.io/part-of: kubewire
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
 {{- define "kubewire.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "kubewire.fullname" .) .Values.serviceAccount.name }}
@@ -89,9 +108,13 @@ How kubewire reads each configured resource decides which grant it needs
   - no namespaces (or an empty list): one cluster-wide LIST/WATCH;
   - exactly one namespace: a LIST/WATCH in that namespace, so a Role there
     suffices;
-  - several namespaces: one cluster-wide LIST/WATCH filtered before the
-    cache, which needs cluster-wide permission even though only the listed
-    namespaces are kept.
+  - several namespaces with watchPerNamespace: one LIST/WATCH in each of
+    them, so a Role in each suffices. watchPerNamespace defaults to true
+    for core secrets, where a cluster-wide grant would let kubewire read
+    every Secret of the cluster, and to false otherwise;
+  - several namespaces without it: one cluster-wide LIST/WATCH filtered
+    before the cache, which needs cluster-wide permission even though only
+    the listed namespaces are kept.
 This returns that split as YAML:
   cluster: [{group, resource}...]
   namespaces: {ns: [{group, resource}...]}
@@ -100,11 +123,19 @@ This returns that split as YAML:
 {{- $cluster := list }}
 {{- $byNamespace := dict }}
 {{- range $i, $r := .Values.config.resources }}
-{{- $rule := dict "group" (default "" $r.group) "resource" $r.resource }}
+{{- $group := default "" $r.group }}
+{{- $rule := dict "group" $group "resource" $r.resource }}
 {{- $nss := default (list) $r.namespaces }}
-{{- if eq (len $nss) 1 }}
-{{- $ns := first $nss }}
+{{- $perNamespace := and (eq $group "") (eq $r.resource "secrets") }}
+{{- if hasKey $r "watchPerNamespace" }}
+{{- if not (kindIs "invalid" $r.watchPerNamespace) }}
+{{- $perNamespace = $r.watchPerNamespace }}
+{{- end }}
+{{- end }}
+{{- if or (eq (len $nss) 1) (and $perNamespace (gt (len $nss) 1)) }}
+{{- range $ns := $nss }}
 {{- $_ := set $byNamespace $ns (append (get $byNamespace $ns | default (list)) $rule) }}
+{{- end }}
 {{- else }}
 {{- $cluster = append $cluster $rule }}
 {{- end }}
@@ -190,4 +221,170 @@ may use is refused.
 
 {{- define "kubewire.spoolClaimName" -}}
 {{- default (printf "%s-spool" (include "kubewire.fullname" .)) .Values.spool.persistence.existingClaim }}
+{{- end }}
+
+{{/*
+Checks across fields of config that values.schema.json cannot express. Each
+failure names the field path, the value and what was expected, as kubewire's
+own config errors do, so that a mistake fails `helm install` rather than
+leaving a pod in CrashLoopBackOff. kubewire checks the config in full when it
+starts; these checks never refuse a config kubewire accepts.
+*/}}
+{{- define "kubewire.checkConfig" -}}
+{{- $cfg := .Values.config }}
+{{- $sinkNames := list }}
+{{- $firstSink := dict }}
+{{- range $i, $s := $cfg.sinks }}
+{{- if hasKey $firstSink $s.name }}
+{{- fail (printf "config.sinks[%d].name %q: already the name of config.sinks[%v]; every sink needs a name of its own, which resources use to refer to it" $i $s.name (get $firstSink $s.name)) }}
+{{- end }}
+{{- $_ := set $firstSink $s.name $i }}
+{{- $sinkNames = append $sinkNames $s.name }}
+{{- end }}
+{{- $firstResource := dict }}
+{{- range $i, $r := $cfg.resources }}
+{{- $gr := printf "%s/%s" (default "" $r.group) $r.resource }}
+{{- if hasKey $firstResource $gr }}
+{{- fail (printf "config.resources[%d]: group %q resource %q is already watched by config.resources[%v]; kubewire runs one informer per resource, so merge the two entries" $i (default "" $r.group) $r.resource (get $firstResource $gr)) }}
+{{- end }}
+{{- $_ := set $firstResource $gr $i }}
+{{- range $j, $name := $r.sinks }}
+{{- if not (has $name $sinkNames) }}
+{{- $defined := list }}
+{{- range $sinkNames }}{{ $defined = append $defined (printf "%q" .) }}{{ end }}
+{{- fail (printf "config.resources[%d].sinks[%d] %q: no sink of that name in config.sinks (defined: %s); add it to config.sinks or fix the name" $i $j $name (join ", " $defined)) }}
+{{- end }}
+{{- end }}
+{{- with $r.labelSelector }}
+{{- include "kubewire.checkLabelSelector" (dict "path" (printf "config.resources[%d].labelSelector" $i) "value" .) }}
+{{- end }}
+{{- with $r.fieldSelector }}
+{{- include "kubewire.checkFieldSelector" (dict "path" (printf "config.resources[%d].fieldSelector" $i) "value" .) }}
+{{- end }}
+{{- end }}
+{{- $drain := 30.0 }}
+{{- with $cfg.dispatch }}{{ if hasKey . "drainTimeout" }}{{ $drain = include "kubewire.durationSeconds" .drainTimeout | float64 }}{{ end }}{{ end }}
+{{- if ge $drain (float64 .Values.terminationGracePeriodSeconds) }}
+{{- fail (printf "terminationGracePeriodSeconds %v: must be above config.dispatch.drainTimeout (%vs), or the kubelet kills kubewire while it drains queued events on shutdown; raise it or lower the drain timeout" .Values.terminationGracePeriodSeconds $drain) }}
+{{- end }}
+{{- if include "kubewire.leaderElect" . }}
+{{- $le := .Values.leaderElection }}
+{{- $lease := include "kubewire.durationSeconds" $le.leaseDuration | float64 }}
+{{- $renew := include "kubewire.durationSeconds" $le.renewDeadline | float64 }}
+{{- $retry := include "kubewire.durationSeconds" $le.retryPeriod | float64 }}
+{{- if not (and (gt $lease $renew) (gt $renew (mulf $retry 1.2)) (gt $retry 0.0)) }}
+{{- fail (printf "leaderElection: leaseDuration %v, renewDeadline %v and retryPeriod %v must satisfy leaseDuration > renewDeadline > 1.2 x retryPeriod > 0 (client-go's leader election refuses anything else)" $le.leaseDuration $le.renewDeadline $le.retryPeriod) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A Go duration as values.schema.json allows it ("1m30s", "500ms", or 0), in
+seconds.
+*/}}
+{{- define "kubewire.durationSeconds" -}}
+{{- $d := toString . }}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]*)?(ns|us|µs|ms|s|m|h)" $d -1 }}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]*)?" . }}
+{{- $unit := trimPrefix $num . }}
+{{- $total = addf $total (mulf (float64 $num) (get $units $unit)) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+The label selector mistakes a template can see: an empty requirement (a
+comma with nothing before or after it) and a requirement with no key
+("=x"). Commas inside "in (a, b)" are not separators.
+*/}}
+{{- define "kubewire.checkLabelSelector" -}}
+{{- $v := toString .value }}
+{{- if trim $v }}
+{{- $flat := regexReplaceAll "\\([^)]*\\)" $v "()" }}
+{{- range $term := splitList "," $flat }}
+{{- $t := trim $term }}
+{{- if not $t }}
+{{- fail (printf "%s %q: has an empty requirement (a comma with nothing before or after it); expected requirements separated by single commas, such as \"app=web,tier!=cache\"" $.path $v) }}
+{{- end }}
+{{- if regexMatch "^(==|!=|=)" $t }}
+{{- fail (printf "%s %q: the requirement %q has no label key; expected key=value, key!=value, key in (a,b), key or !key, such as \"app=web,tier!=cache\"" $.path $v $t) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The field selector mistakes a template can see: only blanks, a requirement
+without an operator ("metadata.name"), and one without a field name ("=x",
+which the API server would refuse at watch time). A selector with
+backslash escapes is left to kubewire.
+*/}}
+{{- define "kubewire.checkFieldSelector" -}}
+{{- $v := toString .value }}
+{{- if not (contains "\\" $v) }}
+{{- if not (trim $v) }}
+{{- fail (printf "%s %q: only blanks; leave it out to select every object, or write requirements such as \"metadata.name!=x\"" $.path $v) }}
+{{- end }}
+{{- range $term := splitList "," $v }}
+{{- if $term }}
+{{- if not (contains "=" $term) }}
+{{- fail (printf "%s %q: the requirement %q has no operator; expected field=value, field==value or field!=value, such as \"metadata.name!=x\"" $.path $v $term) }}
+{{- end }}
+{{- if regexMatch "^(==|!=|=)" $term }}
+{{- fail (printf "%s %q: the requirement %q has no field name; expected field=value, field==value or field!=value, such as \"metadata.name!=x\"" $.path $v $term) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A Kubernetes quantity in bytes, as a whole number: a decimal number with an
+optional binary (Ki..Ei) or decimal (k..E) suffix, or an exponent ("1e9").
+Returns "" for anything else (such as millibytes), so that callers can fall
+back rather than guess.
+*/}}
+{{- define "kubewire.quantityToBytes" -}}
+{{- $q := trim (toString .) }}
+{{- if or (kindIs "float64" .) (kindIs "int" .) (kindIs "int64" .) }}
+{{- /* A bare number in YAML reaches the template as a float64. */}}
+{{- $q = printf "%.0f" (float64 .) }}
+{{- end }}
+{{- $m := regexFindAll "^([0-9]+(\\.[0-9]+)?|\\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|[eE]\\+?[0-9]+)?$" $q -1 }}
+{{- if $m }}
+{{- $num := regexFind "^([0-9]+(\\.[0-9]+)?|\\.[0-9]+)" $q }}
+{{- $suffix := trimPrefix $num $q }}
+{{- $units := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 }}
+{{- $mult := 1.0 }}
+{{- if hasKey $units $suffix }}
+{{- $mult = get $units $suffix }}
+{{- else }}
+{{- $exp := int (trimPrefix "+" (substr 1 -1 $suffix)) }}
+{{- range until $exp }}{{ $mult = mulf $mult 10.0 }}{{ end }}
+{{- end }}
+{{- printf "%.0f" (floor (mulf (float64 $num) $mult)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+GOMEMLIMIT for the container: 90% of resources.limits.memory, in bytes, so
+that the Go garbage collector works harder as the heap nears the limit and
+leaves a tenth for what its limit does not cover (the binary's mapped
+pages, the kernel's page cache charged to the cgroup). Empty without a memory limit (no soft limit, as Go
+defaults), or when the limit is written in a form the template cannot read,
+or when env already sets GOMEMLIMIT (the user's value wins).
+*/}}
+{{- define "kubewire.goMemLimit" -}}
+{{- $userSet := false }}
+{{- range .Values.env }}{{ if eq .name "GOMEMLIMIT" }}{{ $userSet = true }}{{ end }}{{ end }}
+{{- if not $userSet }}
+{{- with .Values.resources }}{{ with .limits }}{{ with .memory }}
+{{- $bytes := include "kubewire.quantityToBytes" . }}
+{{- if $bytes }}
+{{- printf "%.0f" (floor (mulf (float64 $bytes) 0.9)) }}
+{{- end }}
+{{- end }}{{ end }}{{ end }}
+{{- end }}
 {{- end }}
