@@ -177,7 +177,7 @@ func TestValidateWithAKubeconfigChecksResourcesPermissionsAndFilesAgainstTheClus
 func TestValidateWithoutAKubeconfigStaysOfflineAndStrictFailsOnWarnings(t *testing.T) {
 	// A Secret resource with allowSecretData is valid and warned about; the
 	// NATS credentials file does not exist, which only the online checks see.
-	cfg := write(t, validateHeader+"  - {version: v1, resource: secrets, allowSecretData: true, sinks: [out]}\n")
+	cfg := write(t, validateHeader+"  - {version: v1, resource: secrets, namespaces: [a], allowSecretData: true, sinks: [out]}\n")
 	missingFile := write(t, strings.Replace(validateHeader, "resources:\n",
 		"  - name: nats\n    type: nats\n    nats: {servers: [\"tls://nats:4222\"], auth: {credsFile: /nonexistent/user.creds}}\nresources:\n", 1)+
 		"  - {version: v1, resource: configmaps, sinks: [out]}\n")

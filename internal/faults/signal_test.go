@@ -13,8 +13,9 @@ import (
 	"github.com/kubewire/kubewire/internal/apptest"
 )
 
-// A sink that can never connect keeps the drain waiting for its whole
-// timeout; an operator's second signal must end it at once.
+// A sink that can never connect, without a spool to keep its events, keeps
+// the drain waiting for its whole timeout; an operator's second signal must
+// end it at once. (With a spool, the default, the drain spools at once.)
 func TestASecondSignalExitsAtOnceInsteadOfWaitingForTheDrain(t *testing.T) {
 	ns := namespace(t)
 	p := newProcs(t, ns)
@@ -27,6 +28,7 @@ resources:
 sinks:
   - name: nowhere
     type: kafka
+    overflow: conflate
     kafka: {brokers: ["127.0.0.1:1"], topic: fixed}
 `, ns)
 	if err := os.WriteFile(p.config, []byte(cfg), 0o600); err != nil {
