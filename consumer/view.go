@@ -384,3 +384,16 @@ func (v *View) positionLocked() Positions {
 	}
 	return p
 }
+
+// Skip records that the message at pos could not be read as an event: it
+// is reported to OnProblem as malformed and counts as read, so that a source
+// commits it rather than reading it forever.
+func (v *View) Skip(pos Position, err error) {
+	v.applyMu.Lock()
+	defer v.applyMu.Unlock()
+	v.mu.Lock()
+	v.stats.Problems++
+	v.advance(pos)
+	v.mu.Unlock()
+	v.deliver(nil, []Problem{{Position: pos, Reason: ProblemMalformed, Detail: err.Error()}})
+}
