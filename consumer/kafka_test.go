@@ -41,12 +41,7 @@ func kafkaSink(t *testing.T, addr, mode string) (sinks.Sink, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := s.Connect(ctx); err != nil {
-		t.Fatalf("Connect: %v", err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	connectSink(t, s)
 	return s, config.KafkaTopic(kc.Topic, "", sinktest.Resource.GVR.Group, "", sinktest.Resource.GVR.Resource)
 }
 

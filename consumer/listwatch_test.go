@@ -95,9 +95,7 @@ func TestAnInformerOnTheViewFollowsItAndListsAgainAfterAGap(t *testing.T) {
 	apply(obj(encoding.TypeAdded, "c", "5"))
 	want := []string{"a@3", "c@5"}
 	eventually(t, "the watch to bring the changes", func() bool { return reflect.DeepEqual(storeHolds(inf.GetStore()), want) },
-		func() string {
-			return "store holds " + (func() string { return fmtList(storeHolds(inf.GetStore())) })()
-		})
+		func() string { return "store holds " + fmtList(storeHolds(inf.GetStore())) })
 	if n := lw.lists.Load(); n != 1 {
 		t.Fatalf("%d lists before any gap, want 1", n)
 	}

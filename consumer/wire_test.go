@@ -132,3 +132,14 @@ func runSource(t *testing.T, run func(context.Context) error) (stop func()) {
 	t.Cleanup(stop)
 	return stop
 }
+
+// connectSink connects s and closes it when the test ends.
+func connectSink(t *testing.T, s sinks.Sink) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Connect(ctx); err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+}
