@@ -85,8 +85,15 @@ func (s *KafkaSource) Run(ctx context.Context) error {
 	for p, b := range parts {
 		ends[p] = b.end
 		starts[p] = b.first
-		if o, ok := s.cfg.Start[KafkaPartition(s.cfg.Topic, p)]; ok {
+		name := KafkaPartition(s.cfg.Topic, p)
+		if o, ok := s.cfg.Start[name]; ok {
 			starts[p] = o
+			if o < b.first || o > b.end {
+				// Retention deleted what was stored, or the topic was
+				// created again: read on from the first offset.
+				s.v.Gap(name, b.first)
+				starts[p] = b.first
+			}
 		}
 	}
 	if s.cfg.GroupID != "" {
