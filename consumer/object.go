@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/tidwall/gjson"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kubewire/kubewire/encoding"
 )
 
 // Object is what a View holds for one key: the object's JSON and the few
@@ -99,7 +102,7 @@ func objectJSON(data []byte, reference bool) ([]byte, bool, error) {
 		UID             string `json:"uid"`
 		ResourceVersion string `json:"resourceVersion"`
 	}
-	if err := json.Unmarshal(data, &ref); err != nil || ref.Name == "" {
+	if err := json.Unmarshal(data, &ref); err != nil || ref.UID == "" {
 		return nil, false, fmt.Errorf("data is neither an object, a diff nor a reference")
 	}
 	skeleton := map[string]any{"apiVersion": ref.APIVersion, "kind": ref.Kind, "metadata": map[string]any{
@@ -110,6 +113,24 @@ func objectJSON(data []byte, reference bool) ([]byte, bool, error) {
 	}
 	b, err := json.Marshal(skeleton)
 	return b, true, err
+}
+
+// eventObject is objectJSON of an event's data. An object event without
+// data (the contract always sends some) is held as a skeleton built from its
+// extensions rather than dropped: a dropped key would be pruned as deleted.
+func eventObject(ev *event.Event, reference bool) ([]byte, bool, error) {
+	if len(ev.Data()) > 0 {
+		return objectJSON(ev.Data(), reference)
+	}
+	ref, err := json.Marshal(map[string]string{
+		"apiVersion": ext(ev, encoding.ExtAPIVersion), "kind": ext(ev, encoding.ExtKind),
+		"namespace": ext(ev, encoding.ExtNamespace), "name": ext(ev, encoding.ExtName),
+		"uid": ext(ev, encoding.ExtUID), "resourceVersion": ext(ev, encoding.ExtResourceVersion),
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return objectJSON(ref, true)
 }
 
 // fitted returns b itself when it holds nothing beyond its length, else a

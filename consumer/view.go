@@ -294,7 +294,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		v.stats.Stale++
 		return nil, problem(ProblemStale, "resourceVersion "+rv+" after a delete at "+gone.ResourceVersion)
 	}
-	j, ref, err := objectJSON(ev.Data(), isRef)
+	j, ref, err := eventObject(ev, isRef)
 	if err != nil {
 		return nil, problem(ProblemMalformed, err.Error())
 	}
