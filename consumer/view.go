@@ -145,6 +145,15 @@ func resourceOf(key string) string {
 	return key
 }
 
+// nameOf returns name, as a slice of the key when the key ends with it, so
+// that the View does not hold it twice.
+func nameOf(key, name string) string {
+	if strings.HasSuffix(key, "/"+name) {
+		return key[len(key)-len(name):]
+	}
+	return name
+}
+
 func ext(ev *event.Event, name string) string {
 	v, _ := ev.Extensions()[name].(string)
 	return v
@@ -300,7 +309,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	}
 	e := &entry{
 		Object: Object{
-			Key: key, Namespace: v.interned(ext(ev, encoding.ExtNamespace)), Name: ext(ev, encoding.ExtName),
+			Key: key, Namespace: v.interned(ext(ev, encoding.ExtNamespace)), Name: nameOf(key, ext(ev, encoding.ExtName)),
 			UID: uid, ResourceVersion: rv, JSON: j, Reference: ref,
 		},
 		partition: v.interned(pos.Partition), seq: v.seq, typ: ev.Type(),
