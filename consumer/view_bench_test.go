@@ -56,7 +56,7 @@ func TestTheViewHoldsAnObjectInAtMostOnePointThreeTimesItsJSON(t *testing.T) {
 		t.Skip("measures the heap")
 	}
 	for _, k := range []benchdata.Kind{benchdata.ConfigMaps, benchdata.Pods} {
-		if r := memoryPerJSONByte(k, 3000); r > 1.3 {
+		if r := memoryPerJSONByte(k, 1000); r > 1.3 {
 			t.Errorf("%s: the view takes %.2f× the objects' JSON, want at most 1.3×", k.Name, r)
 		} else {
 			t.Logf("%s: %.2f× the objects' JSON", k.Name, r)
