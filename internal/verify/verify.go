@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/shape"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/nats"
 )
@@ -236,11 +237,21 @@ func listTruth(ctx context.Context, dyn dynamic.Interface, rc config.Resource, r
 			}
 			truth[res.ObjectKey(u.GetNamespace(), u.GetName())] = Truth{
 				ResourceVersion: u.GetResourceVersion(),
-				Same:            func(o Object) bool { return judge.Same(o.ResourceVersion, o.Data, live) },
+				Same:            func(o Object) bool { return judge.Same(o.ResourceVersion, streamed(rc, o), live) },
 			}
 		}
 		if opts.Continue = l.GetContinue(); opts.Continue == "" {
 			return truth, nil
 		}
 	}
+}
+
+// streamed returns the object's data in the shape its resource's payload
+// mode streams, which is what Judge.Same reads: the view holds the object
+// itself, and in payload mode diff the stream wraps it.
+func streamed(rc config.Resource, o Object) []byte {
+	if rc.Payload != shape.PayloadDiff {
+		return o.Data
+	}
+	return append(append([]byte(`{"object":`), o.Data...), '}')
 }

@@ -1,0 +1,139 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
+)
+
+// JetStreamConfig says which stream a JetStreamSource reads and how.
+type JetStreamConfig struct {
+	// JetStream is the client to read with, from jetstream.New on a
+	// connection the caller made (servers, TLS and credentials are the
+	// caller's). Required.
+	JetStream jetstream.JetStream
+	// Stream is the stream kubewire's NATS sink writes to. Required.
+	Stream string
+	// Durable, if set, reads through the durable pull consumer of that
+	// name (created if missing, with explicit acks): it goes on where its
+	// acks stopped, and each message is acked after the View applied it.
+	// Otherwise an ordered consumer reads the stream, acking nothing.
+	Durable string
+	// Start, for an ordered consumer, starts at a stored position as
+	// View.Position returns it (keyed by the stream's name); nil reads the
+	// stream from its first message.
+	Start Positions
+}
+
+// JetStreamSource reads a JetStream stream written by kubewire's NATS sink,
+// in binary or structured mode, into a View. The stream is one partition of
+// the View's rule, and its sequence is the position.
+//
+// At least once: with a durable consumer, a message is acked only after the
+// View applied it and every handler returned, so a restart (or an ack that
+// was lost) delivers it again; handlers must be ready to see an event twice.
+//
+// A stream sequence that jumps (messages removed by the stream's limits
+// before they were read) is recorded as a gap (View.Gap).
+type JetStreamSource struct {
+	v      *View
+	cfg    JetStreamConfig
+	synced func()
+}
+
+// NewJetStreamSource binds a source to v; v is not synced until Run read
+// what the consumer had pending when Run started.
+func NewJetStreamSource(v *View, cfg JetStreamConfig) (*JetStreamSource, error) {
+	if cfg.JetStream == nil || cfg.Stream == "" {
+		return nil, errors.New("consumer: a JetStream source needs a JetStream client and a stream")
+	}
+	if cfg.Durable != "" && cfg.Start != nil {
+		return nil, errors.New("consumer: a durable consumer starts where its acks stopped, not from a position")
+	}
+	return &JetStreamSource{v: v, cfg: cfg, synced: v.addSource()}, nil
+}
+
+// Run reads until ctx ends or reading fails.
+func (s *JetStreamSource) Run(ctx context.Context) error {
+	cons, err := s.consumer(ctx)
+	if err != nil {
+		return err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer: consumer on %s: %w", s.cfg.Stream, err)
+	}
+	if info.NumPending == 0 && info.NumAckPending == 0 {
+		s.synced()
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("consumer: read %s: %w", s.cfg.Stream, err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	last := uint64(0)
+	if o := s.cfg.Start[s.cfg.Stream]; o > 0 {
+		last = uint64(o) - 1
+	}
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("consumer: read %s: %w", s.cfg.Stream, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("consumer: metadata of a message of %s: %w", s.cfg.Stream, err)
+		}
+		seq := meta.Sequence.Stream
+		if meta.NumDelivered == 1 && last > 0 && seq > last+1 {
+			s.v.Gap(s.cfg.Stream, int64(seq))
+		}
+		if seq > last {
+			last = seq
+		}
+		pos := Position{Partition: s.cfg.Stream, Offset: int64(seq)}
+		if ev, err := kwnats.DecodeMessage(m.Headers(), m.Data()); err != nil {
+			s.v.Skip(pos, err)
+		} else {
+			s.v.Apply(pos, ev)
+		}
+		if s.cfg.Durable != "" {
+			if err := m.Ack(); err != nil {
+				return fmt.Errorf("consumer: ack %s seq %d: %w", s.cfg.Stream, seq, err)
+			}
+		}
+		if meta.NumPending == 0 {
+			s.synced()
+		}
+	}
+}
+
+func (s *JetStreamSource) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	if s.cfg.Durable != "" {
+		c, err := s.cfg.JetStream.CreateOrUpdateConsumer(ctx, s.cfg.Stream, jetstream.ConsumerConfig{
+			Durable: s.cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("consumer: durable %s on %s: %w", s.cfg.Durable, s.cfg.Stream, err)
+		}
+		return c, nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if o := s.cfg.Start[s.cfg.Stream]; o > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, uint64(o)
+	}
+	c, err := s.cfg.JetStream.OrderedConsumer(ctx, s.cfg.Stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: ordered consumer on %s: %w", s.cfg.Stream, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,129 @@
+package consumer_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/kubewire/kubewire/consumer"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	"github.com/kubewire/kubewire/sinks/sinktest"
+)
+
+func startKfake(t *testing.T) string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()[0]
+}
+
+// kafkaSink returns kubewire's Kafka sink, connected, and the topic it
+// writes the scenario's resource to.
+func kafkaSink(t *testing.T, addr, mode string) (sinks.Sink, string) {
+	t.Helper()
+	prefix := "kw-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-").Replace(t.Name()))
+	on := true
+	kc := &config.KafkaSink{
+		Brokers: []string{addr}, Topic: prefix + ".{group}.{resource}", ContentMode: mode, Tombstones: &on,
+		CreateTopics:   &config.KafkaCreateTopics{Partitions: 3, ReplicationFactor: 1},
+		RequestTimeout: config.NewDuration(10 * time.Second), DialTimeout: config.NewDuration(2 * time.Second),
+	}
+	s, err := kafka.New(config.Sink{Name: "kafka", Type: config.SinkTypeKafka, Kafka: kc}, sinks.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	connectSink(t, s)
+	return s, config.KafkaTopic(kc.Topic, "", sinktest.Resource.GVR.Group, "", sinktest.Resource.GVR.Resource)
+}
+
+func kafkaView(t *testing.T, cfg consumer.KafkaConfig) *consumer.View {
+	t.Helper()
+	v, _ := stoppableKafkaView(t, cfg)
+	return v
+}
+
+func stoppableKafkaView(t *testing.T, cfg consumer.KafkaConfig) (*consumer.View, func()) {
+	t.Helper()
+	v := consumer.NewView(consumer.Options{})
+	src, err := consumer.NewKafkaSource(v, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, runSource(t, src.Run)
+}
+
+func TestWhatKubewiresKafkaSinkWroteIsReadBackIntoAViewAndAnInformer(t *testing.T) {
+	addr := startKfake(t)
+	for _, mode := range []string{config.ContentModeBinary, config.ContentModeStructured} {
+		t.Run(mode, func(t *testing.T) {
+			s, topic := kafkaSink(t, addr, mode)
+			write(t, s, scenario("snap-1"))
+			v := kafkaView(t, consumer.KafkaConfig{Brokers: []string{addr}, Topic: topic})
+			checkViewAndInformer(t, v, scenarioHolds)
+			if st := v.Stats(); st.Tombstones != 1 || st.Pruned != 1 {
+				t.Errorf("stats %+v: want the tombstone and the pruned key counted", st)
+			}
+		})
+	}
+}
+
+func TestAKafkaSourceResumesFromAStoredPositionAndFromItsGroupsCommittedOffsets(t *testing.T) {
+	addr := startKfake(t)
+	s, topic := kafkaSink(t, addr, config.ContentModeBinary)
+	write(t, s, scenario("snap-1"))
+	base := consumer.KafkaConfig{Brokers: []string{addr}, Topic: topic}
+
+	first := kafkaView(t, base)
+	grouped := base
+	grouped.GroupID = "audit"
+	firstGroup, stopGroup := stoppableKafkaView(t, grouped)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, v := range []*consumer.View{first, firstGroup} {
+		if err := v.WaitForSync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := first.Position()
+	// The group's member leaves before more is written, so that only the
+	// next member reads it, from the offsets this one committed.
+	stopGroup()
+
+	write(t, s, [][]*informer.Change{{sinktest.Change(informer.OpAdded, "team-a", "later", 9)}})
+	for _, tc := range []struct {
+		name string
+		cfg  consumer.KafkaConfig
+	}{
+		{"from the stored position", consumer.KafkaConfig{Brokers: base.Brokers, Topic: topic, Start: stored}},
+		{"from the group's committed offsets", grouped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := kafkaView(t, tc.cfg)
+			checkViewAndInformer(t, v, []string{"later@9#uid-team-a-later"})
+		})
+	}
+}
+
+func TestAStoredPositionPastTheTopicIsAGapAndTheSourceReadsOnFromTheFirstOffset(t *testing.T) {
+	addr := startKfake(t)
+	s, topic := kafkaSink(t, addr, config.ContentModeBinary)
+	write(t, s, scenario("snap-1"))
+	start := consumer.Positions{}
+	for p := range 3 {
+		start[consumer.KafkaPartition(topic, p)] = 1000
+	}
+	v := kafkaView(t, consumer.KafkaConfig{Brokers: []string{addr}, Topic: topic, Start: start})
+	checkViewAndInformer(t, v, scenarioHolds)
+	if st := v.Stats(); st.Gaps != 3 {
+		t.Errorf("%d gaps recorded, want one per partition", st.Gaps)
+	}
+}

@@ -1,0 +1,408 @@
+package consumer
+
+import (
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+// Options tune a View. The zero value keeps every resource.
+type Options struct {
+	// Resource, if set, keeps only the events of one resource: the first
+	// segment of their partition key, e.g. "configmaps" or
+	// "widgets.demo.kubewire.io". Others are skipped.
+	Resource string
+	// OnProblem, if set, is called for every event the View ignored or could
+	// not apply, after the event was handled. It must not call the View.
+	OnProblem func(Problem)
+}
+
+// View is the state a consumer builds from kubewire's events, by the
+// consumer's rule of docs/events.md, applied per resource and per partition
+// (a Kafka partition or a JetStream stream):
+//
+//   - an event whose id was already applied is dropped: for one key, an
+//     event with the uid, resourceVersion and type of the object held;
+//   - an event never replaces an object of a higher resourceVersion, nor
+//     brings back a deleted one at the version it was deleted at or lower;
+//   - added, updated and synced put the object at its key; deleted and a
+//     Kafka tombstone remove the key;
+//   - snapshot.completed removes every key of its resource in its partition
+//     that had no event since the matching snapshot.started, unless the
+//     marker carries the incomplete extension;
+//   - a delete marked finalstateunknown, a key pruned by a snapshot and one
+//     removed by a tombstone alone are delivered to handlers as
+//     cache.DeletedFinalStateUnknown, as client-go does for deletes noticed
+//     by a relist;
+//   - a conflated event is applied as any other: it carries the newest state.
+//
+// Apply, Tombstone and Gap may be called from several goroutines (one per
+// partition): they are serialised, and handlers are called in that order,
+// from the goroutine that applied the event, after the View's lock is
+// released. Reads may run at any time.
+type View struct {
+	opt Options
+
+	// applyMu serialises applying and the notifications that follow, so
+	// that handlers see changes in the order they were applied.
+	applyMu sync.Mutex
+
+	mu      sync.RWMutex
+	objects map[string]*entry
+	// gone remembers deleted keys until a complete snapshot passes them, so
+	// that a late copy of an older event does not bring them back.
+	gone    map[string]entry
+	windows map[windowKey]window
+	pos     Positions
+	seq     uint64
+	stats   Stats
+	intern  map[string]string
+
+	handlers  []handler
+	observers []func(change)
+
+	sync syncState
+}
+
+// Stats counts what a View did.
+type Stats struct {
+	// Applied counts events that changed the view.
+	Applied int64
+	// Duplicates counts events dropped because their id was applied;
+	// Stale those dropped because the view held a newer version.
+	Duplicates, Stale int64
+	// Tombstones counts Kafka tombstones.
+	Tombstones int64
+	// Pruned counts keys removed by complete snapshots.
+	Pruned int64
+	// Incomplete counts completed markers that pruned nothing because they
+	// carried the incomplete extension; Unmatched those whose started
+	// marker was never seen (normal at the start of a compacted topic).
+	Incomplete, Unmatched int64
+	// Conflated and FinalStateUnknown count events with those extensions.
+	Conflated, FinalStateUnknown int64
+	// Gaps counts events known to be lost by the broker (see Gap).
+	Gaps int64
+	// Problems counts what was reported to Options.OnProblem.
+	Problems int64
+}
+
+// Problem is an event the View ignored or could not apply.
+type Problem struct {
+	Position Position
+	Key, ID  string
+	Reason   string
+	Detail   string
+}
+
+// Problem reasons.
+const (
+	// ProblemStale: the event's resourceVersion is lower than the held one.
+	ProblemStale = "stale"
+	// ProblemMalformed: the event lacks what the contract says it has.
+	ProblemMalformed = "malformed"
+	// ProblemUnknownType: the event's type is not one of contract version 1.
+	ProblemUnknownType = "unknown type"
+)
+
+type windowKey struct{ partition, snapshotID string }
+
+type window struct {
+	resource string
+	start    uint64
+}
+
+// change is one change of the view, for handlers and watches.
+type change struct {
+	pos  Position
+	kind watch.EventType // Added, Modified, Deleted; Error for a gap
+	key  string
+	// old is the object before, for Modified and Deleted; obj the object
+	// after, or for Deleted the final state the event carried.
+	old, obj          *Object
+	finalStateUnknown bool
+}
+
+// NewView returns an empty View.
+func NewView(opt Options) *View {
+	return &View{
+		opt: opt, objects: map[string]*entry{}, gone: map[string]entry{}, windows: map[windowKey]window{},
+		pos: Positions{}, intern: map[string]string{}, sync: newSyncState(),
+	}
+}
+
+// resourceOf returns the resource of a partition key: its first segment.
+func resourceOf(key string) string {
+	if i := strings.IndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+// nameOf returns name, as a slice of the key when the key ends with it, so
+// that the View does not hold it twice.
+func nameOf(key, name string) string {
+	if strings.HasSuffix(key, "/"+name) {
+		return key[len(key)-len(name):]
+	}
+	return name
+}
+
+func ext(ev *event.Event, name string) string {
+	v, _ := ev.Extensions()[name].(string)
+	return v
+}
+
+func hasExt(ev *event.Event, name string) bool {
+	_, ok := ev.Extensions()[name]
+	return ok
+}
+
+// Apply applies one event read at pos, and then calls the handlers.
+func (v *View) Apply(pos Position, ev *event.Event) {
+	v.applyMu.Lock()
+	defer v.applyMu.Unlock()
+	v.mu.Lock()
+	cs, ps := v.apply(pos, ev)
+	v.advance(pos)
+	v.mu.Unlock()
+	v.deliver(cs, ps)
+}
+
+// Tombstone applies a Kafka tombstone (a record with a key and no value)
+// read at pos. It removes the key: a compacted topic may have dropped the
+// deleted event and kept only the tombstone that followed it.
+func (v *View) Tombstone(pos Position, key string) {
+	v.applyMu.Lock()
+	defer v.applyMu.Unlock()
+	v.mu.Lock()
+	var cs []change
+	if v.opt.Resource == "" || resourceOf(key) == v.opt.Resource {
+		v.seq++
+		v.stats.Tombstones++
+		if held := v.objects[key]; held != nil {
+			cs = append(cs, v.remove(pos, held, nil, true))
+		}
+	}
+	v.advance(pos)
+	v.mu.Unlock()
+	v.deliver(cs, nil)
+}
+
+// Gap records that events of a partition were lost before resume, the
+// offset reading goes on from (a Kafka offset out of range, a JetStream
+// sequence that jumped). The view keeps what it holds, and the next complete
+// snapshot removes what was deleted meanwhile; watches of a ListerWatcher end
+// with 410 Gone, so that their informers list again.
+func (v *View) Gap(partition string, resume int64) {
+	v.applyMu.Lock()
+	defer v.applyMu.Unlock()
+	v.mu.Lock()
+	v.stats.Gaps++
+	v.pos[v.interned(partition)] = resume
+	v.mu.Unlock()
+	v.deliver([]change{{pos: Position{Partition: partition, Offset: resume}, kind: watch.Error}}, nil)
+}
+
+// advance records that everything up to pos was read.
+func (v *View) advance(pos Position) {
+	if pos.Offset+1 > v.pos[pos.Partition] {
+		v.pos[v.interned(pos.Partition)] = pos.Offset + 1
+	}
+}
+
+func (v *View) interned(s string) string {
+	if i, ok := v.intern[s]; ok {
+		return i
+	}
+	v.intern[s] = s
+	return s
+}
+
+func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
+	key := ext(ev, encoding.ExtPartitionKey)
+	problem := func(reason, detail string) []Problem {
+		v.stats.Problems++
+		return []Problem{{Position: pos, Key: key, ID: ev.ID(), Reason: reason, Detail: detail}}
+	}
+	if key == "" {
+		return nil, problem(ProblemMalformed, "no partitionkey")
+	}
+	if v.opt.Resource != "" && resourceOf(key) != v.opt.Resource {
+		return nil, nil
+	}
+	v.seq++
+	switch ev.Type() {
+	case encoding.TypeSnapshotStarted:
+		v.windows[windowKey{v.interned(pos.Partition), ext(ev, encoding.ExtSnapshotID)}] = window{resource: key, start: v.seq}
+		return nil, nil
+	case encoding.TypeSnapshotCompleted:
+		return v.complete(pos, ev, key), nil
+	case encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeSynced, encoding.TypeDeleted:
+	default:
+		return nil, problem(ProblemUnknownType, ev.Type())
+	}
+
+	uid, rv := ext(ev, encoding.ExtUID), ext(ev, encoding.ExtResourceVersion)
+	if hasExt(ev, sinks.ExtConflated) {
+		v.stats.Conflated++
+	}
+	held := v.objects[key]
+	if held != nil {
+		held.seq = v.seq
+	}
+	gone, wasGone := v.gone[key]
+	if wasGone {
+		gone.seq = v.seq
+		v.gone[key] = gone
+	}
+
+	if ev.Type() == encoding.TypeDeleted {
+		fsu := hasExt(ev, encoding.ExtFinalStateUnknown)
+		if fsu {
+			v.stats.FinalStateUnknown++
+		}
+		switch {
+		case held == nil && wasGone && gone.UID == uid && gone.ResourceVersion == rv:
+			v.stats.Duplicates++
+			return nil, nil
+		case held == nil:
+			v.gone[key] = entry{Object: Object{Key: key, UID: uid, ResourceVersion: rv}, partition: v.interned(pos.Partition), seq: v.seq}
+			return nil, nil
+		case held.UID != uid && olderRV(rv, held.ResourceVersion):
+			// A late delete of an earlier object under this key.
+			v.stats.Stale++
+			return nil, problem(ProblemStale, "delete at "+rv+" of uid "+uid+", view holds uid "+held.UID+" at "+held.ResourceVersion)
+		}
+		var final *Object
+		if j, ref, err := objectJSON(ev.Data(), ext(ev, encoding.ExtPayload) == encoding.PayloadReference); err == nil {
+			final = &Object{Key: key, Namespace: held.Namespace, Name: held.Name, UID: uid, ResourceVersion: rv, JSON: j, Reference: ref}
+		}
+		c := v.remove(pos, held, final, fsu)
+		v.gone[key] = entry{Object: Object{Key: key, UID: uid, ResourceVersion: rv}, partition: v.interned(pos.Partition), seq: v.seq}
+		return []change{c}, nil
+	}
+
+	isRef := ext(ev, encoding.ExtPayload) == encoding.PayloadReference
+	switch {
+	case held != nil && held.UID == uid && held.ResourceVersion == rv && (isRef || !held.Reference):
+		if held.typ == ev.Type() {
+			v.stats.Duplicates++
+		}
+		return nil, nil
+	case held != nil && olderRV(rv, held.ResourceVersion):
+		v.stats.Stale++
+		return nil, problem(ProblemStale, "resourceVersion "+rv+" after "+held.ResourceVersion)
+	case held == nil && wasGone && (gone.UID == uid && gone.ResourceVersion == rv || olderRV(rv, gone.ResourceVersion)):
+		v.stats.Stale++
+		return nil, problem(ProblemStale, "resourceVersion "+rv+" after a delete at "+gone.ResourceVersion)
+	}
+	j, ref, err := eventObject(ev, isRef)
+	if err != nil {
+		return nil, problem(ProblemMalformed, err.Error())
+	}
+	e := &entry{
+		Object: Object{
+			Key: key, Namespace: v.interned(ext(ev, encoding.ExtNamespace)), Name: nameOf(key, ext(ev, encoding.ExtName)),
+			UID: uid, ResourceVersion: rv, JSON: j, Reference: ref,
+		},
+		partition: v.interned(pos.Partition), seq: v.seq, typ: ev.Type(),
+	}
+	v.objects[key] = e
+	delete(v.gone, key)
+	v.stats.Applied++
+	if held == nil {
+		return []change{{pos: pos, kind: watch.Added, key: key, obj: &e.Object}}, nil
+	}
+	return []change{{pos: pos, kind: watch.Modified, key: key, old: &held.Object, obj: &e.Object}}, nil
+}
+
+// remove deletes held; final is the state the delete carried, if any.
+func (v *View) remove(pos Position, held *entry, final *Object, finalStateUnknown bool) change {
+	delete(v.objects, held.Key)
+	v.gone[held.Key] = entry{Object: Object{Key: held.Key, UID: held.UID, ResourceVersion: held.ResourceVersion}, partition: held.partition, seq: v.seq}
+	v.stats.Applied++
+	if final == nil {
+		final = &held.Object
+	}
+	return change{pos: pos, kind: watch.Deleted, key: held.Key, old: &held.Object, obj: final, finalStateUnknown: finalStateUnknown}
+}
+
+// complete closes a snapshot window and, unless the marker says the
+// snapshot is incomplete, prunes the keys of its resource in its partition
+// that had no event since the window opened.
+func (v *View) complete(pos Position, ev *event.Event, resource string) []change {
+	wk := windowKey{pos.Partition, ext(ev, encoding.ExtSnapshotID)}
+	w, ok := v.windows[wk]
+	if !ok {
+		v.stats.Unmatched++
+		return nil
+	}
+	delete(v.windows, wk)
+	if hasExt(ev, encoding.ExtIncomplete) {
+		// Test for presence, not value: a key without an event since
+		// started may be an undelivered record, and is live.
+		v.stats.Incomplete++
+		return nil
+	}
+	in := func(e *entry) bool {
+		return e.partition == pos.Partition && e.seq < w.start && resourceOf(e.Key) == w.resource
+	}
+	for k, g := range v.gone {
+		if in(&g) {
+			delete(v.gone, k)
+		}
+	}
+	var cs []change
+	for _, e := range v.objects {
+		if in(e) {
+			v.stats.Pruned++
+			cs = append(cs, v.remove(pos, e, nil, true))
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].key < cs[j].key })
+	return cs
+}
+
+// Stats returns the View's counters.
+func (v *View) Stats() Stats {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.stats
+}
+
+// Position returns, for every partition read, the offset of the next event:
+// every event before it has been applied and its handlers have returned.
+// A KafkaSource or JetStreamSource can start from it.
+func (v *View) Position() Positions {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.positionLocked()
+}
+
+func (v *View) positionLocked() Positions {
+	p := make(Positions, len(v.pos))
+	for k, o := range v.pos {
+		p[k] = o
+	}
+	return p
+}
+
+// Skip records that the message at pos could not be read as an event: it
+// is reported to OnProblem as malformed and counts as read, so that a source
+// commits it rather than reading it forever.
+func (v *View) Skip(pos Position, err error) {
+	v.applyMu.Lock()
+	defer v.applyMu.Unlock()
+	v.mu.Lock()
+	v.stats.Problems++
+	v.advance(pos)
+	v.mu.Unlock()
+	v.deliver(nil, []Problem{{Position: pos, Reason: ProblemMalformed, Detail: err.Error()}})
+}
