@@ -257,7 +257,7 @@ func TestTheImageBinaryIsStatic(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s version: %v\n%s", bin, err, out)
 	}
-	if got := strings.TrimSpace(string(out)); got != "kubewire "+version {
+	if got, _, _ := strings.Cut(string(out), "\n"); got != "kubewire "+version {
 		t.Errorf("version prints %q, want %q: the ldflags -X path is wrong", got, "kubewire "+version)
 	}
 }
