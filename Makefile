@@ -2,8 +2,13 @@
 GO        ?= go
 TESTFLAGS ?= -race -shuffle=on -count=1
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# COMMIT is the full revision, marked -dirty like VERSION; DATE is the commit
+# time, not the time of the build, so two builds of one commit are identical.
+COMMIT    := $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo $$c || echo $$c-dirty; })
+DATE      := $(shell git log -1 --format=%cI 2>/dev/null)
 IMAGE     ?= ghcr.io/kubewire/kubewire:$(VERSION)
-LDFLAGS   := -X github.com/kubewire/kubewire/internal/version.Version=$(VERSION)
+VERSION_PKG := github.com/kubewire/kubewire/internal/version
+LDFLAGS   := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT) -X $(VERSION_PKG).Date=$(DATE)
 
 .PHONY: all build test e2e bench bench-quick bench-apiserver lint demo testbin manifests image clean
 
@@ -53,7 +58,7 @@ manifests:
 
 ## image: build the container image (needs a container engine; TestTheImageBinaryIsStatic covers the build here)
 image:
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg DATE=$(DATE) -t $(IMAGE) .
 
 clean:
 	rm -rf bin bench.out bench-apiserver.out
