@@ -2,10 +2,24 @@
 GO        ?= go
 TESTFLAGS ?= -race -shuffle=on -count=1
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# COMMIT is the full revision, marked -dirty like VERSION; DATE is the commit
+# time, not the time of the build, so two builds of one commit are identical.
+COMMIT    := $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo $$c || echo $$c-dirty; })
+DATE      := $(shell git log -1 --format=%cI 2>/dev/null)
 IMAGE     ?= ghcr.io/kubewire/kubewire:$(VERSION)
-LDFLAGS   := -X github.com/kubewire/kubewire/internal/version.Version=$(VERSION)
+VERSION_PKG := github.com/kubewire/kubewire/internal/version
+LDFLAGS   := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT) -X $(VERSION_PKG).Date=$(DATE)
 
-.PHONY: all build test e2e bench bench-quick bench-apiserver lint demo testbin manifests image clean
+# Release: what `make release` builds, and where.
+DIST      ?= dist
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+# Tools the build installs once, outside the repo, like the testbin cache.
+TOOLS     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kubewire/tools
+# The SBOM generator, pinned; `go install pkg@version` needs no go.mod entry.
+CYCLONEDX_GOMOD_VERSION := v1.10.0
+CYCLONEDX_GOMOD := $(TOOLS)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/cyclonedx-gomod
+
+.PHONY: all build test e2e bench bench-quick bench-apiserver lint demo testbin manifests image release clean
 
 all: build
 
@@ -53,7 +67,31 @@ manifests:
 
 ## image: build the container image (needs a container engine; TestTheImageBinaryIsStatic covers the build here)
 image:
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg DATE=$(DATE) -t $(IMAGE) .
+
+## release: static binaries for $(PLATFORMS), an SBOM for each, the packaged chart and SHA256SUMS, into $(DIST)/
+# Each binary is built as the image's is (CGO off, -trimpath, -s -w) with the
+# version, commit and commit time stamped in, so one commit always gives the
+# same bytes. The SBOM (CycloneDX JSON) lists the modules compiled into that
+# binary, read from the binary itself. The image is `make image` (needs docker).
+release: $(CYCLONEDX_GOMOD)
+	@mkdir -p '$(DIST)' && rm -f '$(DIST)'/kubewire-* '$(DIST)'/SHA256SUMS
+	@set -e; for p in $(PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; bin='$(DIST)'/kubewire-$$os-$$arch; \
+	  echo "build   $$bin"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o "$$bin" ./cmd/kubewire; \
+	  echo "sbom    $$bin.cdx.json"; \
+	  '$(CYCLONEDX_GOMOD)' bin -json -std -noserial -notimestamp -version '$(VERSION)' -output "$$bin.cdx.json" "$$bin"; \
+	done
+	@# Built with the binaries' flags, so the packages they share come from the build cache.
+	@chart=$$(CGO_ENABLED=0 $(GO) run -trimpath ./internal/packaging/cmd/chartpkg -o '$(DIST)' -mtime '$(DATE)') && echo "chart   $$chart"
+	@cd '$(DIST)' && sha256sum kubewire-* > SHA256SUMS
+	@echo "sums    $(DIST)/SHA256SUMS"
+	@echo; echo "kubewire $(VERSION) (commit $(COMMIT), $(DATE)) in $(DIST)/:"; cat '$(DIST)'/SHA256SUMS
+
+# The tool's directory names its version, so a bump installs the new one.
+$(CYCLONEDX_GOMOD):
+	GOBIN='$(dir $@)' $(GO) install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_GOMOD_VERSION)
 
 clean:
-	rm -rf bin bench.out bench-apiserver.out
+	rm -rf bin dist bench.out bench-apiserver.out

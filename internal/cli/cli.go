@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -189,14 +190,34 @@ func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 }
 
 func newVersion(stdout io.Writer) *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
-		Args:  noArgs,
-		Run: func(*cobra.Command, []string) {
-			fmt.Fprintln(stdout, "kubewire", version.Version)
+		Short: "Print the version, commit, build date and Go version",
+		Example: `  # what is running, for a bug report
+  kubewire version
+
+  # the same as one JSON object, for scripts
+  kubewire version -o json | jq -r .commit`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			info := version.Get()
+			switch output {
+			case "text":
+				_, err := fmt.Fprintf(stdout, "kubewire %s\ncommit:   %s\nbuilt:    %s\ngo:       %s\nplatform: %s\n",
+					info.Version, info.Commit, info.Date, info.GoVersion, info.Platform)
+				return err
+			case "json":
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(info)
+			default:
+				return usageError{fmt.Errorf("--output %q: want text or json", output)}
+			}
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
 }
 
 func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {

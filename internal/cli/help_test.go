@@ -21,11 +21,6 @@ func TestEveryCommandsHelpHasAnExample(t *testing.T) {
 		if c.Name() == "help" || c.Name() == "completion" || (c.HasParent() && c.Parent().Name() == "completion") {
 			return
 		}
-		// TODO(lead): version's Example comes with the version -o json
-		// change on another branch; remove this skip once it is merged.
-		if c.Name() == "version" {
-			return
-		}
 		seen++
 		t.Run(c.CommandPath(), func(t *testing.T) {
 			if strings.TrimSpace(c.Example) == "" {

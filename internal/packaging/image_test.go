@@ -3,9 +3,11 @@ package packaging_test
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,6 +17,7 @@ import (
 // dockerfile is what the tests read from the Dockerfile.
 type dockerfile struct {
 	froms      []string          // FROM images, in order
+	labels     map[string]string // LABELs of every stage, expanded
 	env        map[string]string // ENV of the build stage
 	args       map[string]string // ARG defaults
 	buildEnv   map[string]string // NAME=value words before go build
@@ -32,7 +35,7 @@ func readDockerfile(t *testing.T, vars map[string]string) dockerfile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := dockerfile{env: map[string]string{}, args: map[string]string{}, buildEnv: map[string]string{}}
+	d := dockerfile{env: map[string]string{}, args: map[string]string{}, buildEnv: map[string]string{}, labels: map[string]string{}}
 	text := strings.ReplaceAll(string(raw), "\\\n", " ")
 	for _, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
@@ -55,6 +58,14 @@ func readDockerfile(t *testing.T, vars map[string]string) dockerfile {
 					t.Fatalf("Dockerfile: ENV %q: use the KEY=value form", rest)
 				}
 				d.env[k] = v
+			}
+		case "LABEL":
+			for _, w := range shellWords(t, rest, vars) {
+				k, v, ok := strings.Cut(w, "=")
+				if !ok {
+					t.Fatalf("Dockerfile: LABEL %q: use the key=value form", rest)
+				}
+				d.labels[k] = v
 			}
 		case "USER":
 			d.user = strings.TrimSpace(rest)
@@ -156,11 +167,17 @@ func shellWords(t *testing.T, s string, vars map[string]string) []string {
 	return words
 }
 
+// pinnedImage is an image reference pinned by digest: name:tag@sha256:<hex>.
+var pinnedImage = regexp.MustCompile(`^([^@]+)@sha256:[0-9a-f]{64}$`)
+
 // TestTheImageDefinitionMeetsTheRelease checks what the Dockerfile promises
-// without building it: a Go build stage on the module's Go version, a
-// distroless non-root final stage running /kubewire.
+// without building it: a Go build stage on the module's Go version and a
+// distroless non-root final stage running /kubewire, both pinned by digest;
+// the version, commit and date build arguments stamped into the binary and
+// into the OCI labels.
 func TestTheImageDefinitionMeetsTheRelease(t *testing.T) {
-	d := readDockerfile(t, map[string]string{"TARGETOS": "linux", "TARGETARCH": "amd64", "VERSION": "v1"})
+	vars := map[string]string{"TARGETOS": "linux", "TARGETARCH": "amd64", "VERSION": "v1.2.3", "COMMIT": "0123abc", "DATE": "2026-11-23T19:47:13Z"}
+	d := readDockerfile(t, vars)
 	mod, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
 	if err != nil {
 		t.Fatal(err)
@@ -172,8 +189,45 @@ func TestTheImageDefinitionMeetsTheRelease(t *testing.T) {
 			goVersion = parts[0] + "." + parts[1]
 		}
 	}
-	if len(d.froms) != 2 || d.froms[0] != "golang:"+goVersion || d.froms[1] != "gcr.io/distroless/static:nonroot" {
-		t.Errorf("stages are %v, want golang:%s then gcr.io/distroless/static:nonroot", d.froms, goVersion)
+	wantFroms := []string{"golang:" + goVersion, "gcr.io/distroless/static-debian12:nonroot"}
+	if len(d.froms) != len(wantFroms) {
+		t.Errorf("stages are %v, want %v, each pinned by digest", d.froms, wantFroms)
+	}
+	for i, from := range d.froms {
+		m := pinnedImage.FindStringSubmatch(from)
+		if m == nil {
+			t.Errorf("FROM %s is not pinned by digest (want %s@sha256:<64 hex>)", from, wantFroms[min(i, len(wantFroms)-1)])
+			continue
+		}
+		if i < len(wantFroms) && m[1] != wantFroms[i] {
+			t.Errorf("stage %d is %s, want %s", i, m[1], wantFroms[i])
+		}
+	}
+	wantLabels := map[string]string{
+		"org.opencontainers.image.title":    "kubewire",
+		"org.opencontainers.image.source":   "https://github.com/kubewire/kubewire",
+		"org.opencontainers.image.licenses": "Apache-2.0",
+		"org.opencontainers.image.version":  vars["VERSION"],
+		"org.opencontainers.image.revision": vars["COMMIT"],
+		"org.opencontainers.image.created":  vars["DATE"],
+	}
+	for k, v := range wantLabels {
+		if d.labels[k] != v {
+			t.Errorf("LABEL %s=%q, want %q", k, d.labels[k], v)
+		}
+	}
+	if d.labels["org.opencontainers.image.description"] == "" {
+		t.Error("no LABEL org.opencontainers.image.description")
+	}
+	const pkg = "github.com/kubewire/kubewire/internal/version."
+	ldflags := ""
+	if i := slices.Index(d.buildArgs, "-ldflags"); i >= 0 && i+1 < len(d.buildArgs) {
+		ldflags = d.buildArgs[i+1]
+	}
+	for _, x := range []string{"Version=" + vars["VERSION"], "Commit=" + vars["COMMIT"], "Date=" + vars["DATE"]} {
+		if !strings.Contains(ldflags, "-X "+pkg+x) {
+			t.Errorf("go build -ldflags %q lacks -X %s%s", ldflags, pkg, x)
+		}
 	}
 	if d.user != "65532:65532" {
 		t.Errorf("USER %q, want 65532:65532 (the chart's runAsUser)", d.user)
@@ -184,8 +238,10 @@ func TestTheImageDefinitionMeetsTheRelease(t *testing.T) {
 	if d.env["CGO_ENABLED"] != "0" {
 		t.Errorf("the build stage does not set CGO_ENABLED=0: %v", d.env)
 	}
-	if _, ok := d.args["VERSION"]; !ok {
-		t.Error("no ARG VERSION to stamp the version with")
+	for _, arg := range []string{"VERSION", "COMMIT", "DATE"} {
+		if _, ok := d.args[arg]; !ok {
+			t.Errorf("no ARG %s to stamp the build with", arg)
+		}
 	}
 	for _, want := range []string{"-trimpath", "-ldflags", "-o"} {
 		if !slices.Contains(d.buildArgs, want) {
@@ -208,8 +264,11 @@ func TestTheImageBinaryIsStatic(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the image is linux; ELF checks need a linux build")
 	}
-	const version = "v0.0.0-imagetest"
-	d := readDockerfile(t, map[string]string{"TARGETOS": runtime.GOOS, "TARGETARCH": runtime.GOARCH, "VERSION": version})
+	want := map[string]string{"version": "v0.0.0-imagetest", "commit": "0123456789abcdef", "date": "2026-11-23T19:47:13Z"}
+	d := readDockerfile(t, map[string]string{
+		"TARGETOS": runtime.GOOS, "TARGETARCH": runtime.GOARCH,
+		"VERSION": want["version"], "COMMIT": want["commit"], "DATE": want["date"],
+	})
 	args := slices.Clone(d.buildArgs)
 	bin := filepath.Join(t.TempDir(), "kubewire")
 	args[slices.Index(args, "-o")+1] = bin
@@ -253,11 +312,17 @@ func TestTheImageBinaryIsStatic(t *testing.T) {
 		t.Errorf("the binary holds the build machine's path %s; -trimpath should remove it", repoRoot)
 	}
 
-	out, err := exec.Command(bin, "version").CombinedOutput()
+	out, err := exec.Command(bin, "version", "-o", "json").Output()
 	if err != nil {
-		t.Fatalf("%s version: %v\n%s", bin, err, out)
+		t.Fatalf("%s version -o json: %v\n%s", bin, err, out)
 	}
-	if got := strings.TrimSpace(string(out)); got != "kubewire "+version {
-		t.Errorf("version prints %q, want %q: the ldflags -X path is wrong", got, "kubewire "+version)
+	var got map[string]string
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("version -o json printed %q: %v", out, err)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("version -o json: %s is %q, want %q: the ldflags -X path is wrong", k, got[k], v)
+		}
 	}
 }
