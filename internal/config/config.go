@@ -81,13 +81,16 @@ type DispatchConfig struct {
 	// Shards is the number of parallel lanes per sink. Default 16, range
 	// 1..1024.
 	Shards int `json:"shards"`
-	// BufferEvents is the number of events a sink may have queued before its
-	// overflow policy applies. Default 10000.
+	// BufferEvents is the number of events each sink may hold in memory
+	// before its overflow policy applies, split evenly between the
+	// resources (lanes) the sink receives; it bounds what waits in memory,
+	// not what the spool holds. Default DefaultBufferEvents.
 	BufferEvents int `json:"bufferEvents"`
-	// BufferBytes is the size of queued event data a sink may hold before
-	// its overflow policy applies, counted for resources on the raw cache
-	// (the default), whose size is known without encoding. Default 256 MiB;
-	// 0 turns the byte limit off.
+	// BufferBytes is the size of queued event data each sink may hold in
+	// memory before its overflow policy applies, split like BufferEvents,
+	// counted for resources on the raw cache (the default), whose size is
+	// known without encoding. Default DefaultBufferBytes; 0 turns the byte
+	// limit off.
 	BufferBytes int64 `json:"bufferBytes"`
 	// BatchSize is the largest number of events handed to a sink at once.
 	// Default 100, range 1..10000.
@@ -151,8 +154,8 @@ type Resource struct {
 	// KeyBy is the partition key of object events: "object" (default) or,
 	// for Events, "involvedObject".
 	KeyBy string `json:"keyBy,omitempty"`
-	// Cache is how the informer holds objects: "unstructured" (default) or
-	// "raw" (the served JSON bytes; see cache.go).
+	// Cache is how the informer holds objects: "raw" (the default: the
+	// served JSON bytes; see cache.go) or "unstructured".
 	Cache string `json:"cache,omitempty"`
 	// Sinks names the sinks that receive this resource's events.
 	Sinks []string `json:"sinks"`
