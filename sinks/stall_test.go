@@ -1,16 +1,15 @@
 package sinks_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -52,7 +51,7 @@ func TestCloseReturnsAtOnceWhenNothingIsQueuedEvenIfTheBrokerIsDown(t *testing.T
 }
 
 func TestACleanCloseLogsNothingAtError(t *testing.T) {
-	var buf lockedBuffer
+	var buf apptest.Buffer
 	opt := fastOptions()
 	opt.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rec := &recorder{}
@@ -66,22 +65,4 @@ func TestACleanCloseLogsNothingAtError(t *testing.T) {
 	if logs := buf.String(); strings.Contains(logs, "level=ERROR") {
 		t.Errorf("a clean close logged at ERROR:\n%s", logs)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that loggers on several goroutines can share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
