@@ -19,14 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// referencePod is ../shared/testdata/pod.json, copied so that nothing reads
-// outside the repository at build or test time. TEST-INFRA.md's measured
-// reference points are for this object.
+// referencePod is the reference Pod: a compact 7.0 KB Pod with status and
+// managedFields, kept in the repository. The reference figures in
+// docs/benchmarks.md ("What is measured, and on what") are for this object.
 //
 //go:embed testdata/pod.json
 var referencePod []byte
 
-// ReferencePod returns the 7 KB reference Pod of TEST-INFRA.md as JSON.
+// ReferencePod returns the 7 KB reference Pod as JSON.
 func ReferencePod() []byte { return append([]byte(nil), referencePod...) }
 
 // DefaultSeed is the seed the checked-in benchmark results were taken with.
