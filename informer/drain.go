@@ -3,13 +3,18 @@ package informer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubewire/kubewire/informer/raw"
 )
 
 // ErrNotDrained means that at shutdown the handler had not caught up with
@@ -162,4 +167,49 @@ func (w *drainWatch) finish(stopInner func()) {
 		}
 	}
 	<-w.done
+}
+
+// drain closes the informer's source and waits, at most DrainTimeout, for
+// the handler to meet the sentinel, which it does once every notification
+// queued before it has reached the Output.
+func (w *Watcher) drain() error {
+	start := time.Now()
+	w.source.stop()
+	t := time.NewTimer(w.opt.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-w.drained:
+		w.log.Debug("informer drained", "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	case <-t.C:
+		w.log.Error("shutdown: notifications still queued for the sinks at the drain deadline; they are lost",
+			"drainTimeout", w.opt.DrainTimeout)
+		return fmt.Errorf("%s: %w after %s", w.name, ErrNotDrained, w.opt.DrainTimeout)
+	}
+}
+
+// sentinel returns the object that ends the stream at shutdown, of the
+// informer's own type: the reflector drops an event of any other type.
+func (w *Watcher) sentinel() (runtime.Object, error) {
+	if w.cfg.RawCache() {
+		o, err := raw.New([]byte(`{"metadata":{"name":"`+drainName+`"}}`), raw.BuildOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("drain sentinel: %w", err)
+		}
+		return o, nil
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetName(drainName)
+	return u, nil
+}
+
+// isSentinel reports whether obj ends the stream, and if so records that
+// the handler got there. The informer passes the very object the source
+// sent (the transform keeps it), so identity is enough.
+func (w *Watcher) isSentinel(obj any) bool {
+	if w.source == nil || obj != any(w.source.sentinel) {
+		return false
+	}
+	w.drainedOnce.Do(func() { close(w.drained) })
+	return true
 }

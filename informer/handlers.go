@@ -1,0 +1,191 @@
+package informer
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubewire/kubewire/informer/raw"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/metrics"
+)
+
+// The handler contract.
+//
+// The Watcher registers onAdd, onUpdate and onDelete with client-go's
+// informer, which calls them one at a time, in the order the reflector saw
+// the changes, from the informer's processor listener. They keep to what
+// client-go's ResourceEventHandler asks, and to what kubewire's ordering
+// needs on top:
+//
+//   - They never block: the change goes to Output.Enqueue, which never
+//     blocks either (a full buffer spools or conflates, it does not wait).
+//     A blocked listener would make client-go queue notifications without
+//     limit.
+//   - They never mutate the object they are given: it is the cache's. A
+//     Change keeps the object as it is (the raw cache's bytes are
+//     immutable) or a shaped copy.
+//   - A delete noticed only by a relist arrives as
+//     cache.DeletedFinalStateUnknown; it is unwrapped and marked
+//     FinalStateUnknown.
+//   - Objects of the initial list (isInInitialList) become synced records
+//     of the initial snapshot, not added events.
+//   - Recording what the handler last saw of a key and enqueueing its change
+//     happen under emitMu, as one step, so that a snapshot reading that
+//     record lands in the stream exactly between the changes before and
+//     after it (guarantee 3: versions never go backwards).
+//   - The drain sentinel (drain.go) is recognised first and ends the drain
+//     instead of becoming an event.
+//
+// rawpath.go holds the same handlers for the raw cache's objects.
+
+// observed returns the observed-events counter of op, looked up once per op
+// rather than hashed per event.
+func (w *Watcher) observed(op Op) prometheus.Counter {
+	if c, ok := w.mObserved.Load(op); ok {
+		return c.(prometheus.Counter)
+	}
+	c := metrics.EventsObserved.WithLabelValues(w.name, string(op))
+	w.mObserved.Store(op, c)
+	return c
+}
+
+// observe counts a change of op seen at now and, for a live change (not a
+// snapshot record), stamps the resource's last-event time. It is on the
+// per-event path: both metrics are cached children, no label hashing.
+func (w *Watcher) observe(op Op, now time.Time) {
+	w.observed(op).Inc()
+	switch op {
+	case OpAdded, OpUpdated, OpDeleted:
+		w.mLastEvent().Set(float64(now.UnixNano()) / 1e9)
+	}
+}
+
+func (w *Watcher) change(op Op, u *unstructured.Unstructured, now time.Time, snapshotID string) *Change {
+	w.observe(op, now)
+	return &Change{
+		Op:         op,
+		Resource:   w.res,
+		Key:        w.shape.key(w.res, u),
+		Object:     u,
+		SnapshotID: snapshotID,
+		Observed:   now,
+	}
+}
+
+// handled records obj as the handler's latest view of its object and
+// enqueues c, if the notification emits anything, in one critical section.
+// Every notification is recorded, emitted or not: a snapshot lists what
+// the cluster holds, whatever the configured operations and filters let
+// through as live changes.
+func (w *Watcher) handled(obj any, c *Change) {
+	name, ok := nameOf(obj)
+	w.emitMu.Lock()
+	if ok {
+		w.seen[name] = obj
+	}
+	if c != nil {
+		w.opt.Out.Enqueue(c)
+	}
+	w.emitMu.Unlock()
+}
+
+// gone is handled for a delete: the object leaves the handler's view.
+func (w *Watcher) gone(obj any, c *Change) {
+	name, ok := nameOf(obj)
+	w.emitMu.Lock()
+	if ok {
+		delete(w.seen, name)
+	}
+	if c != nil {
+		w.opt.Out.Enqueue(c)
+	}
+	w.emitMu.Unlock()
+}
+
+func (w *Watcher) onAdd(obj any, initial bool) {
+	if w.handleHook != nil {
+		w.handleHook()
+	}
+	if w.isSentinel(obj) {
+		return
+	}
+	w.handled(obj, w.addChange(obj, initial))
+}
+
+func (w *Watcher) addChange(obj any, initial bool) *Change {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		if r, isR := obj.(*raw.Object); isR {
+			return w.addChangeRaw(r, initial)
+		}
+		return nil
+	}
+	if initial && w.initialID != "" {
+		if !w.shape.keep(OpSynced, u, nil) {
+			return nil
+		}
+		w.initialCount.Add(1)
+		return w.change(OpSynced, u, time.Now(), w.initialID)
+	}
+	if initial || !w.cfg.Emits(config.OpAdded) || !w.shape.keep(OpAdded, u, nil) {
+		return nil
+	}
+	return w.change(OpAdded, u, time.Now(), "")
+}
+
+func (w *Watcher) onUpdate(oldObj, newObj any) {
+	if w.handleHook != nil {
+		w.handleHook()
+	}
+	if w.isSentinel(newObj) {
+		return
+	}
+	w.handled(newObj, w.updateChange(oldObj, newObj))
+}
+
+func (w *Watcher) updateChange(oldObj, newObj any) *Change {
+	if ro, isR := oldObj.(*raw.Object); isR {
+		if rn, isR := newObj.(*raw.Object); isR {
+			return w.updateChangeRaw(ro, rn)
+		}
+		return nil
+	}
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
+	// An unchanged resourceVersion is a relist or resync re-delivering what
+	// was already emitted, not a change.
+	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() || !w.cfg.Emits(config.OpUpdated) ||
+		!w.shape.keep(OpUpdated, n, o) {
+		return nil
+	}
+	c := w.change(OpUpdated, n, time.Now(), "")
+	c.OldObject = o
+	return c
+}
+
+func (w *Watcher) onDelete(obj any) {
+	if w.handleHook != nil {
+		w.handleHook()
+	}
+	unknown := false
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj, unknown = d.Obj, true
+	}
+	w.gone(obj, w.deleteChange(obj, unknown))
+}
+
+func (w *Watcher) deleteChange(obj any, unknown bool) *Change {
+	if r, isR := obj.(*raw.Object); isR {
+		return w.deleteChangeRaw(r, unknown)
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || !w.cfg.Emits(config.OpDeleted) || !w.shape.keep(OpDeleted, u, nil) {
+		return nil
+	}
+	c := w.change(OpDeleted, u, time.Now(), "")
+	c.FinalStateUnknown = unknown
+	return c
+}

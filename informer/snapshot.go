@@ -1,0 +1,119 @@
+package informer
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kubewire/kubewire/informer/raw"
+	"github.com/kubewire/kubewire/internal/metrics"
+)
+
+// snapshotEvery takes periodic snapshots until ctx ends.
+func (w *Watcher) snapshotEvery(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	deferred := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			deferred = w.periodicSnapshot(deferred)
+		}
+	}
+}
+
+// periodicSnapshot takes a snapshot unless the Output still holds the
+// previous one, and reports whether it deferred. wasDeferred only keeps the
+// log to one info line per stretch of deferrals.
+func (w *Watcher) periodicSnapshot(wasDeferred bool) bool {
+	if st, ok := w.opt.Out.(SnapshotTracker); ok && st.SnapshotPending(w.res.KeyPrefix) {
+		metrics.SnapshotsDeferred.WithLabelValues(w.name).Inc()
+		msg := "periodic snapshot deferred: the previous one is not yet written to every sink"
+		if wasDeferred {
+			w.log.Debug(msg)
+		} else {
+			w.log.Info(msg)
+		}
+		return true
+	}
+	w.Snapshot()
+	return false
+}
+
+// Snapshot emits every object as a synced record between a started and a
+// completed marker. Each record is the state the handler last saw, read at
+// the moment it is enqueued: never older than a change already enqueued for
+// its key, never newer than one still queued in client-go (see lastSeen).
+func (w *Watcher) Snapshot() {
+	id := newSnapshotID()
+	start := time.Now()
+	w.marker(OpSnapshotStarted, id, 0)
+	w.emitMu.Lock()
+	names := make([]objectName, 0, len(w.seen))
+	for name := range w.seen {
+		names = append(names, name)
+	}
+	w.emitMu.Unlock()
+	n := 0
+	now := time.Now()
+	// One object per critical section, so the handler is never held for
+	// the whole snapshot. An object deleted meanwhile is simply skipped.
+	for _, name := range names {
+		w.emitMu.Lock()
+		if c := w.syncedChange(w.seen[name], now, id); c != nil {
+			w.opt.Out.Enqueue(c)
+			n++
+		}
+		w.emitMu.Unlock()
+	}
+	w.marker(OpSnapshotCompleted, id, n)
+	w.snapshotDone(start, n)
+	w.log.Debug("snapshot enqueued", "snapshot", id, "records", n)
+}
+
+// syncedChange is the snapshot record of obj, or nil if shaping drops it.
+func (w *Watcher) syncedChange(obj any, now time.Time, id string) *Change {
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		if w.shape.keep(OpSynced, o, nil) {
+			return w.change(OpSynced, o, now, id)
+		}
+	case *raw.Object:
+		if w.shape.keepRaw(OpSynced, o, nil) {
+			return w.changeRaw(OpSynced, o, now, id)
+		}
+	}
+	return nil
+}
+
+func (w *Watcher) snapshotDone(start time.Time, records int) {
+	metrics.SnapshotRecords.WithLabelValues(w.name).Add(float64(records))
+	metrics.SnapshotDuration.WithLabelValues(w.name).Observe(time.Since(start).Seconds())
+	metrics.SnapshotLastRecords.WithLabelValues(w.name).Set(float64(records))
+	metrics.SnapshotSize.WithLabelValues(w.name).Set(float64(records)) // deprecated name, one more release
+}
+
+func (w *Watcher) marker(op Op, id string, count int) {
+	w.emitMu.Lock()
+	defer w.emitMu.Unlock()
+	w.opt.Out.Enqueue(&Change{Op: op, Resource: w.res, Key: w.res.KeyPrefix, SnapshotID: id, Count: count, Observed: time.Now()})
+}
+
+var lastSnapshot atomic.Int64
+
+// newSnapshotID returns an id unique within the process and increasing
+// across restarts: the clock in base 36, bumped past the last id issued.
+func newSnapshotID() string {
+	for {
+		last := lastSnapshot.Load()
+		next := max(time.Now().UnixNano(), last+1)
+		if lastSnapshot.CompareAndSwap(last, next) {
+			return strconv.FormatInt(next, 36)
+		}
+	}
+}
