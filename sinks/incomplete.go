@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
 )
 
@@ -53,4 +54,44 @@ func (d *Dispatcher) loadIncomplete() {
 		metrics.SpoolErrors.WithLabelValues(d.name, "read").Inc()
 		d.log.Error("spool: cannot read the counts of undelivered snapshot records", "err", err)
 	}
+}
+
+// markIncomplete remembers that a record of a snapshot was dropped, so the
+// snapshot's completed marker says so: a consumer that pruned on it would
+// delete the live object whose record is missing.
+func (d *Dispatcher) markIncomplete(c *informer.Change) {
+	if c.Op != informer.OpSynced || c.SnapshotID == "" {
+		return
+	}
+	d.incompleteMu.Lock()
+	if d.incomplete == nil {
+		d.incomplete = map[string]int{}
+	}
+	d.incomplete[c.SnapshotID]++
+	d.saveIncomplete()
+	d.incompleteMu.Unlock()
+}
+
+func (d *Dispatcher) restoreIncomplete(snapshotID string, n int) {
+	if n <= 0 {
+		return
+	}
+	d.incompleteMu.Lock()
+	defer d.incompleteMu.Unlock()
+	if d.incomplete == nil {
+		d.incomplete = map[string]int{}
+	}
+	d.incomplete[snapshotID] += n
+	d.saveIncomplete()
+}
+
+func (d *Dispatcher) takeIncomplete(snapshotID string) int {
+	d.incompleteMu.Lock()
+	defer d.incompleteMu.Unlock()
+	n := d.incomplete[snapshotID]
+	if n > 0 {
+		delete(d.incomplete, snapshotID)
+		d.saveIncomplete()
+	}
+	return n
 }

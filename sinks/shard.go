@@ -179,3 +179,13 @@ func sameObject(a, b *informer.Change) bool {
 	ub, okB := b.ObjectUID()
 	return okA && okB && ua == ub
 }
+
+// shardOf hashes key with FNV-1a; inline so the hot path does not allocate.
+func shardOf(key string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
+}

@@ -1,0 +1,56 @@
+package sinks
+
+import (
+	"sync"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+)
+
+// ExtConflated is set on an event that stands for several changes of its
+// object folded together while the buffer was full; its value is how many
+// earlier changes were folded in.
+const ExtConflated = "conflated"
+
+// Item is one Change on its way to every sink that receives it. The
+// CloudEvent is built once, by the first dispatcher that needs it, and shared.
+type Item struct {
+	Change *informer.Change
+
+	// size is the object's byte size when the item was read back from a
+	// spool, where Change.Raw is gone.
+	size int64
+	// conflated is how many earlier changes were folded into it before it
+	// was spooled.
+	conflated int
+
+	once sync.Once
+	ev   *event.Event
+	err  error
+}
+
+// NewItem wraps c for the dispatchers.
+func NewItem(c *informer.Change) *Item { return &Item{Change: c} }
+
+// Event returns the CloudEvent of the item, building it on first use.
+func (it *Item) Event() (*event.Event, error) {
+	it.once.Do(func() { it.ev, it.err = encoding.Event(it.Change) })
+	return it.ev, it.err
+}
+
+// bytes is the item's size as counted against Options.BufferBytes.
+func (it *Item) bytes() int64 {
+	if it.size > 0 {
+		return it.size
+	}
+	return it.Change.Size()
+}
+
+func prefixOf(c *informer.Change) string {
+	if c.Resource == nil {
+		return ""
+	}
+	return c.Resource.KeyPrefix
+}

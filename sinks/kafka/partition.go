@@ -1,0 +1,297 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/kubewire/kubewire/internal/metrics"
+)
+
+// Unit states. A unit moves from queued to taken (by its partition loop,
+// which then always reports an outcome) or to abandoned (by its Write,
+// which gave up first); never both.
+const (
+	unitQueued int32 = iota
+	unitTaken
+	unitAbandoned
+)
+
+// unit is one Write's records for one partition. Its records are sent
+// together, in order, or not at all.
+type unit struct {
+	records []record
+	bytes   int
+	state   atomic.Int32
+	done    chan error
+	// sent is how many of records, from the first, the broker
+	// acknowledged. The partition loop sets it before it reports on done.
+	sent int
+}
+
+func newUnit(records []record) *unit {
+	u := &unit{records: records, done: make(chan error, 1)}
+	for i := range records {
+		u.bytes += records[i].size()
+	}
+	return u
+}
+
+// wait returns the unit's outcome. If ctx ends while the unit is still
+// queued, it is withdrawn; once its request is on the wire, wait keeps
+// waiting for the outcome (bounded by requestTimeout), because returning
+// early would let the request land after the dispatcher moved on.
+func (u *unit) wait(ctx context.Context) error {
+	select {
+	case err := <-u.done:
+		return err
+	case <-ctx.Done():
+		if u.state.CompareAndSwap(unitQueued, unitAbandoned) {
+			return fmt.Errorf("kafka: withdrawn before it was sent: %w", ctx.Err())
+		}
+		return <-u.done
+	}
+}
+
+// partition owns the produce requests of one topic partition.
+type partition struct {
+	s     *Sink
+	topic string
+	id    int
+
+	mu    sync.Mutex
+	queue []*unit
+	wake  chan struct{}
+
+	// producer, objects (the objects in the request being built), pending
+	// and resolved are used by run's goroutine only.
+	producer producer
+	objects  map[string]struct{}
+	// pending is the request whose outcome is not known yet; it goes out
+	// again, unchanged, before anything else (see idempotent.go).
+	pending *pending
+	// resolved are records that went out in a resent pending request,
+	// until the retried Write that holds them reaches the loop.
+	resolved map[recordKey]struct{}
+}
+
+func (p *partition) submit(u *unit) {
+	p.mu.Lock()
+	p.queue = append(p.queue, u)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run sends the queued units, one request at a time, until the sink closes.
+func (p *partition) run(ctx context.Context) {
+	defer p.s.wg.Done()
+	for {
+		batch := p.next(ctx)
+		if batch == nil {
+			p.drain(ctx.Err())
+			return
+		}
+		p.send(batch)
+	}
+}
+
+// next waits for units and takes as many as fit in one request, waiting up
+// to linger for more once it has the first. It returns nil when ctx ends.
+func (p *partition) next(ctx context.Context) []*unit {
+	b := p.s.cfg.Batch
+	var out []*unit
+	var n, size int
+	var linger *time.Timer
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
+	for {
+		full := false
+		p.mu.Lock()
+		for len(p.queue) > 0 {
+			u := p.queue[0]
+			if len(out) > 0 && (n+len(u.records) > b.MaxMessages || size+u.bytes > b.MaxBytes) {
+				full = true
+				break
+			}
+			p.queue[0] = nil
+			p.queue = p.queue[1:]
+			if !u.state.CompareAndSwap(unitQueued, unitTaken) {
+				continue // withdrawn by its Write
+			}
+			out = append(out, u)
+			n += len(u.records)
+			size += u.bytes
+		}
+		p.mu.Unlock()
+		if len(out) > 0 && (full || b.Linger.Duration == 0 || n >= b.MaxMessages || size >= b.MaxBytes) {
+			return out
+		}
+		var expired <-chan time.Time
+		if len(out) > 0 {
+			if linger == nil {
+				linger = time.NewTimer(b.Linger.Duration)
+			}
+			expired = linger.C
+		}
+		select {
+		case <-p.wake:
+		case <-expired:
+			return out
+		case <-ctx.Done():
+			for _, u := range out {
+				u.done <- fmt.Errorf("kafka: sink closed: %w", ctx.Err())
+			}
+			return nil
+		}
+	}
+}
+
+// drain fails every unit still queued when the sink closes.
+func (p *partition) drain(err error) {
+	p.mu.Lock()
+	q := p.queue
+	p.queue = nil
+	p.mu.Unlock()
+	for _, u := range q {
+		if u.state.CompareAndSwap(unitQueued, unitTaken) {
+			u.done <- fmt.Errorf("kafka: sink closed: %w", err)
+		}
+	}
+}
+
+// send produces the units' records, in order, in as few requests as the
+// batch limits allow, one after the other; the first failure stops it. A
+// request whose outcome is still unknown from an earlier round goes first,
+// unchanged, and records it got acknowledged are not sent again (see
+// partition.resend). A request never holds two events of one object: if a
+// request whose answer is lost was appended after all and cannot be resent
+// unchanged, the Write's retry then repeats at most one event of each
+// object. A unit whose records all went out succeeds even if a later
+// request failed, and each unit says how much of it went out (see
+// Sink.remember).
+func (p *partition) send(batch []*unit) {
+	b := p.s.cfg.Batch
+	type item struct {
+		r record
+		u int
+	}
+	var items []item
+	var err error
+	if p.pending != nil {
+		err = p.resend()
+	}
+	p.skipResolved(batch)
+	for i, u := range batch {
+		for _, r := range u.records[u.sent:] {
+			items = append(items, item{r, i})
+		}
+	}
+	keys := p.objects
+	for len(items) > 0 && err == nil {
+		clear(keys)
+		n, size := 0, 0
+		for n < len(items) && n < b.MaxMessages && (n == 0 || size+items[n].r.size() <= b.MaxBytes) {
+			if r := &items[n].r; r.kind == kindEvent {
+				if _, dup := keys[r.object]; dup {
+					break
+				}
+				keys[r.object] = struct{}{}
+			}
+			size += items[n].r.size()
+			n++
+		}
+		rs := make([]record, n)
+		for i := range rs {
+			rs[i] = items[i].r
+		}
+		if err = p.produce(rs); err == nil {
+			for _, it := range items[:n] {
+				batch[it.u].sent++
+			}
+		}
+		items = items[n:]
+	}
+	for _, u := range batch {
+		if u.sent == len(u.records) {
+			u.done <- nil
+		} else {
+			u.done <- err
+		}
+	}
+}
+
+// produce sends one request and waits for its answer. Its context is not
+// the Write's: a request on the wire is always seen through to the broker's
+// answer or to the deadline, which closes the connection under it. kafka-go
+// gives the broker half the deadline, so normally the broker answers first.
+func (p *partition) produce(rs []record) error {
+	s := p.s
+	recs := make([]kafkago.Record, len(rs))
+	for i := range rs {
+		r := &rs[i]
+		recs[i] = kafkago.Record{Time: r.time, Key: kafkago.NewBytes(r.key), Headers: r.headers}
+		if r.value != nil {
+			recs[i].Value = kafkago.NewBytes(r.value)
+		}
+	}
+	if s.idempotent {
+		return p.produceIdempotent(rs, recs)
+	}
+	return p.roundTrip(rs, func(ctx context.Context) (*kafkago.ProduceResponse, error) {
+		return s.client.Produce(ctx, &kafkago.ProduceRequest{
+			Topic:        p.topic,
+			Partition:    p.id,
+			RequiredAcks: s.acks,
+			Records:      kafkago.NewRecordReader(recs...),
+			Compression:  s.compression,
+		})
+	})
+}
+
+// roundTrip makes one produce request for rs, bounded by requestTimeout,
+// and counts it. A duplicate-sequence answer is a success: the broker holds
+// the batch from an earlier copy.
+func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.ProduceResponse, error)) error {
+	s := p.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout.Duration)
+	defer cancel()
+	start := time.Now()
+	res, err := do(ctx)
+	metrics.ObserveKafkaProduce(s.name, time.Since(start).Seconds())
+	if err == nil && res != nil && res.Error != nil && !errors.Is(res.Error, kafkago.DuplicateSequenceNumber) {
+		err = res.Error
+	}
+	s.observe(err)
+	if err != nil {
+		metrics.KafkaProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
+		return fmt.Errorf("kafka: produce %d records to %s[%d]: %w", len(rs), p.topic, p.id, err)
+	}
+	metrics.KafkaProduceRequests.WithLabelValues(s.name, "ok").Inc()
+	metrics.KafkaBatchRecords.WithLabelValues(s.name).Observe(float64(len(rs)))
+	var events, tombstones, markers int
+	for i := range rs {
+		switch rs[i].kind {
+		case kindEvent:
+			events++
+		case kindTombstone:
+			tombstones++
+		case kindMarker:
+			markers++
+		}
+	}
+	metrics.KafkaRecords.WithLabelValues(s.name, kindEvent).Add(float64(events))
+	metrics.KafkaRecords.WithLabelValues(s.name, kindTombstone).Add(float64(tombstones))
+	metrics.KafkaRecords.WithLabelValues(s.name, kindMarker).Add(float64(markers))
+	return nil
+}

@@ -1,0 +1,51 @@
+package sinks
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/metrics"
+)
+
+// labels are the bounded labels of an event's counters: the resource and
+// the change type, never the object.
+type labels struct {
+	resource string
+	op       informer.Op
+}
+
+func labelsOf(c *informer.Change) labels {
+	l := labels{op: c.Op}
+	if c.Resource != nil {
+		l.resource = c.Resource.KeyPrefix
+	}
+	return l
+}
+
+// published counts an acknowledged event and its lag. The counter children
+// are cached per (resource, type) so the hot path does not hash labels.
+func (d *Dispatcher) published(c *informer.Change, now time.Time) {
+	l := labelsOf(c)
+	ctr, ok := d.mPublished.Load(l)
+	if !ok {
+		ctr, _ = d.mPublished.LoadOrStore(l, metrics.EventsPublished.WithLabelValues(d.name, l.resource, string(l.op)))
+	}
+	ctr.(prometheus.Counter).Inc()
+	d.mLag.Observe(now.Sub(c.Observed).Seconds())
+}
+
+func (d *Dispatcher) conflated(c *informer.Change) {
+	l := labelsOf(c)
+	ctr, ok := d.mConflated.Load(l)
+	if !ok {
+		ctr, _ = d.mConflated.LoadOrStore(l, metrics.EventsConflated.WithLabelValues(d.name, l.resource, string(l.op)))
+	}
+	ctr.(prometheus.Counter).Inc()
+}
+
+func (d *Dispatcher) failed(c *informer.Change, reason string) {
+	l := labelsOf(c)
+	metrics.EventsFailed.WithLabelValues(d.name, l.resource, string(l.op), reason).Inc()
+}
