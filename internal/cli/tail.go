@@ -261,8 +261,12 @@ const tableRow = "%-24s  %-18s  %-40s  %-10s  %-8s  %s\n"
 
 func (p *tailPrinter) header() {
 	if p.format == "table" {
-		p.write(p.out, fmt.Sprintf(tableRow, "TIME", "TYPE", "KEY", "RV", "ID", "NOTE"))
+		p.row("TIME", "TYPE", "KEY", "RV", "ID", "NOTE")
 	}
+}
+
+func (p *tailPrinter) row(cols ...any) {
+	p.write(p.out, strings.TrimRight(fmt.Sprintf(tableRow, cols...), " \n")+"\n")
 }
 
 func (p *tailPrinter) write(w io.Writer, s string) {
@@ -300,7 +304,7 @@ func (p *tailPrinter) print(r consumer.Read) {
 // so that json and yaml output hold only events.
 func (p *tailPrinter) other(kind, key, note string) {
 	if p.format == "table" {
-		p.write(p.out, fmt.Sprintf(tableRow, "-", kind, key, "-", "-", note))
+		p.row("-", kind, key, "-", "-", note)
 		return
 	}
 	p.write(p.errOut, fmt.Sprintf("tail: %s %s %s\n", kind, key, note))
@@ -332,7 +336,7 @@ func (p *tailPrinter) event(ev *event.Event) {
 		if rv == "" {
 			rv = "-"
 		}
-		p.write(p.out, fmt.Sprintf(tableRow, t, typ, ext(encoding.ExtPartitionKey), rv, id, strings.Join(notes, ",")))
+		p.row(t, typ, ext(encoding.ExtPartitionKey), rv, id, strings.Join(notes, ","))
 	case "json", "yaml":
 		b, err := ev.MarshalJSON()
 		if err == nil && p.format == "yaml" {
