@@ -27,6 +27,9 @@ type JetStreamConfig struct {
 	// View.Position returns it (keyed by the stream's name); nil reads the
 	// stream from its first message.
 	Start Positions
+	// FromEnd, for an ordered consumer without Start, reads only the
+	// messages stored after Run began, as `kubewire tail` does by default.
+	FromEnd bool
 }
 
 // JetStreamSource reads a JetStream stream written by kubewire's NATS sink,
@@ -53,6 +56,9 @@ func NewJetStreamSource(v *View, cfg JetStreamConfig) (*JetStreamSource, error) 
 	}
 	if cfg.Durable != "" && cfg.Start != nil {
 		return nil, errors.New("consumer: a durable consumer starts where its acks stopped, not from a position")
+	}
+	if cfg.FromEnd && (cfg.Durable != "" || cfg.Start != nil) {
+		return nil, errors.New("consumer: a JetStream source starts from the end, where a durable acked, or from a position, only one")
 	}
 	return &JetStreamSource{v: v, cfg: cfg, synced: v.addSource()}, nil
 }
@@ -128,6 +134,9 @@ func (s *JetStreamSource) consumer(ctx context.Context) (jetstream.Consumer, err
 		return c, nil
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if s.cfg.FromEnd {
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
 	if o := s.cfg.Start[s.cfg.Stream]; o > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, uint64(o)
 	}

@@ -27,6 +27,9 @@ type KafkaConfig struct {
 	// Partitions it does not name, and every partition when Start is nil,
 	// are read from their first offset.
 	Start Positions
+	// FromEnd, if set (and neither GroupID nor Start is), reads only the
+	// records written after Run began, as `kubewire tail` does by default.
+	FromEnd bool
 	// Dialer sets TLS, SASL and timeouts; nil is kafka-go's default dialer.
 	Dialer *kafkago.Dialer
 	// MaxWait bounds how long one fetch waits for new records. Default 1s.
@@ -62,6 +65,9 @@ func NewKafkaSource(v *View, cfg KafkaConfig) (*KafkaSource, error) {
 	if cfg.GroupID != "" && cfg.Start != nil {
 		return nil, errors.New("consumer: a Kafka source starts from a group's offsets or from a position, not both")
 	}
+	if cfg.FromEnd && (cfg.GroupID != "" || cfg.Start != nil) {
+		return nil, errors.New("consumer: a Kafka source starts from the end, a group's offsets or a position, only one")
+	}
 	if cfg.Dialer == nil {
 		cfg.Dialer = kafkago.DefaultDialer
 	}
@@ -85,6 +91,9 @@ func (s *KafkaSource) Run(ctx context.Context) error {
 	for p, b := range parts {
 		ends[p] = b.end
 		starts[p] = b.first
+		if s.cfg.FromEnd {
+			starts[p] = b.end
+		}
 		name := KafkaPartition(s.cfg.Topic, p)
 		if o, ok := s.cfg.Start[name]; ok {
 			starts[p] = o

@@ -21,6 +21,12 @@ type Options struct {
 	// OnProblem, if set, is called for every event the View ignored or could
 	// not apply, after the event was handled. It must not call the View.
 	OnProblem func(Problem)
+	// OnRead, if set, is called for every message a source read (events of
+	// every resource, tombstones, gaps, messages that are not events), in
+	// order, before the View applies it. A source commits or acks the
+	// message only after OnRead returned. It must not call Apply, Tombstone,
+	// Gap or Skip.
+	OnRead func(Read)
 }
 
 // View is the state a consumer builds from kubewire's events, by the
@@ -168,6 +174,7 @@ func hasExt(ev *event.Event, name string) bool {
 func (v *View) Apply(pos Position, ev *event.Event) {
 	v.applyMu.Lock()
 	defer v.applyMu.Unlock()
+	v.tap(Read{Kind: ReadEvent, Position: pos, Event: ev, Key: ext(ev, encoding.ExtPartitionKey)})
 	v.mu.Lock()
 	cs, ps := v.apply(pos, ev)
 	v.advance(pos)
@@ -181,6 +188,7 @@ func (v *View) Apply(pos Position, ev *event.Event) {
 func (v *View) Tombstone(pos Position, key string) {
 	v.applyMu.Lock()
 	defer v.applyMu.Unlock()
+	v.tap(Read{Kind: ReadTombstone, Position: pos, Key: key})
 	v.mu.Lock()
 	var cs []change
 	if v.opt.Resource == "" || resourceOf(key) == v.opt.Resource {
@@ -203,6 +211,7 @@ func (v *View) Tombstone(pos Position, key string) {
 func (v *View) Gap(partition string, resume int64) {
 	v.applyMu.Lock()
 	defer v.applyMu.Unlock()
+	v.tap(Read{Kind: ReadGap, Position: Position{Partition: partition, Offset: resume}})
 	v.mu.Lock()
 	v.stats.Gaps++
 	v.pos[v.interned(partition)] = resume
@@ -400,6 +409,7 @@ func (v *View) positionLocked() Positions {
 func (v *View) Skip(pos Position, err error) {
 	v.applyMu.Lock()
 	defer v.applyMu.Unlock()
+	v.tap(Read{Kind: ReadMalformed, Position: pos, Err: err})
 	v.mu.Lock()
 	v.stats.Problems++
 	v.advance(pos)

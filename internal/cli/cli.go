@@ -132,6 +132,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout, stderr), newVerify(g, stdout, stderr), newVersion(stdout))
+	root.AddCommand(newTail(g, stdout, stderr))
 	return root
 }
 
@@ -161,7 +162,7 @@ func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := verifiableSink(cfg, sink); err != nil {
+			if err := readableSink(cfg, sink, "compare"); err != nil {
 				return err
 			}
 			rc, _, err := restConfig(kubeconfig, kubecontext)
@@ -365,10 +366,10 @@ func isDir(path string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// verifiableSink checks, before anything connects, that verify can read
-// the sink named: it exists, keeps what it is sent, and receives at least
-// one resource.
-func verifiableSink(cfg *config.Config, name string) error {
+// readableSink checks, before anything connects, that verify or tail can
+// read the sink named: it exists, keeps what it is sent, and receives at
+// least one resource. purpose ends the last message: "nothing to <purpose>".
+func readableSink(cfg *config.Config, name, purpose string) error {
 	sc, ok := cfg.Sink(name)
 	if !ok {
 		names := make([]string, len(cfg.Sinks))
@@ -385,7 +386,7 @@ func verifiableSink(cfg *config.Config, name string) error {
 			return nil
 		}
 	}
-	return usageError{fmt.Errorf("--sink %q: no resource is routed to this sink, so there is nothing to compare", name)}
+	return usageError{fmt.Errorf("--sink %q: no resource is routed to this sink, so there is nothing to %s", name, purpose)}
 }
 
 // checkListenAddress rejects an address that net.Listen could never bind,

@@ -37,31 +37,41 @@ func DecodeMessage(m kafkago.Message) (*event.Event, error) {
 	return encoding.Decode(hs, "ce_", m.Value)
 }
 
-// ReadTopic reads every partition of topic from its first offset up to the
-// end offset it had when reading began, with the sink's TLS and SASL
-// settings, and calls fn for each record in partition order.
-func ReadTopic(ctx context.Context, sc config.Sink, topic string, fn func(Record) error) error {
+// Dialer returns a kafka-go dialer with the sink's dial timeout, client id,
+// TLS and SASL settings, for reading back what the sink wrote.
+func Dialer(sc config.Sink) (*kafkago.Dialer, error) {
 	if sc.Kafka == nil {
-		return errors.New("kafka: the sink has no kafka block")
+		return nil, errors.New("kafka: the sink has no kafka block")
 	}
 	c := sc.Kafka.Defaulted()
 	d := &kafkago.Dialer{Timeout: c.DialTimeout.Duration, ClientID: c.ClientID}
 	if c.TLS != nil {
 		tc, err := tlsConfig(c.TLS)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		d.TLS = tc
 	}
 	if c.SASL != nil {
 		m, err := saslMechanism(c.SASL)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		d.SASLMechanism = m
 	}
+	return d, nil
+}
+
+// ReadTopic reads every partition of topic from its first offset up to the
+// end offset it had when reading began, with the sink's TLS and SASL
+// settings, and calls fn for each record in partition order.
+func ReadTopic(ctx context.Context, sc config.Sink, topic string, fn func(Record) error) error {
+	d, err := Dialer(sc)
+	if err != nil {
+		return err
+	}
+	c := sc.Kafka.Defaulted()
 	var parts []kafkago.Partition
-	var err error
 	for _, b := range c.Brokers {
 		if parts, err = d.LookupPartitions(ctx, "tcp", b, topic); err == nil {
 			break

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
+)
+
+var configMaps = informer.NewResource("demo", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
+
+func configMap(op informer.Op, name string, rv int, data map[string]any) *informer.Change {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "data": data}}
+	u.SetNamespace("team-a")
+	u.SetName(name)
+	u.SetUID(k8stypes.UID("uid-" + name))
+	u.SetResourceVersion(strconv.Itoa(rv))
+	return &informer.Change{Op: op, Resource: configMaps, Key: configMaps.ObjectKey("team-a", name), Object: u, Observed: time.Now()}
+}
+
+// lockedBuffer is what the example logs to, read while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestTheAutomationsInformerHandlerReactsToConfigMapChangesFromJetStream(t *testing.T) {
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+
+	c := &config.Config{
+		APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "demo",
+		Resources: []config.Resource{{Version: "v1", Resource: "configmaps", Sinks: []string{"js"}}},
+		Sinks: []config.Sink{{Name: "js", Type: config.SinkTypeNATS, NATS: &config.NATSSink{
+			Mode: config.NATSModeJetStream, Servers: []string{srv.ClientURL()},
+			JetStream: &config.NATSJetStream{Stream: &config.NATSStream{Name: "KUBEWIRE"}},
+		}}},
+	}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := kwnats.New(c.Sinks[0], sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	send := func(changes ...*informer.Change) {
+		for _, ch := range changes {
+			ev, err := encoding.Event(ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Write(ctx, []*event.Event{ev}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Before the automation starts: one ConfigMap it lists, not an add.
+	send(configMap(informer.OpAdded, "existing", 1, map[string]any{"x": "1"}))
+
+	var out lockedBuffer
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	synced := make(chan struct{})
+	done := make(chan error, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { done <- run(runCtx, srv.ClientURL(), "KUBEWIRE", log, func() { close(synced) }) }()
+	select {
+	case <-synced:
+	case err := <-done:
+		t.Fatalf("the automation stopped before its informer synced: %v", err)
+	}
+	send(
+		configMap(informer.OpAdded, "web", 2, map[string]any{"a": "1"}),
+		configMap(informer.OpUpdated, "web", 3, map[string]any{"a": "2", "b": "3"}),
+		configMap(informer.OpDeleted, "web", 4, map[string]any{"a": "2", "b": "3"}),
+	)
+	apptest.Eventually(t, "the delete to be logged", func() bool { return strings.Contains(out.String(), "configmap deleted") })
+	stop()
+	if err := <-done; err != nil && err != context.Canceled {
+		t.Errorf("run: %v", err)
+	}
+	want := []string{
+		`level=INFO msg="informer synced" configmaps=1`,
+		`level=INFO msg="configmap added" key=team-a/web keys=[a]`,
+		`level=INFO msg="configmap changed" key=team-a/web changed="[a b]" resourceVersion=3`,
+		`level=INFO msg="configmap deleted" key=team-a/web`,
+	}
+	if got := strings.TrimSpace(out.String()); got != strings.Join(want, "\n") {
+		t.Errorf("the automation logged\n%s\nwant\n%s", got, strings.Join(want, "\n"))
+	}
+}

@@ -1,0 +1,337 @@
+package cli_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/cli"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
+	"github.com/kubewire/kubewire/sinks/sinktest"
+)
+
+// tailConfig routes the sinktest resource (widgets) to a Kafka sink
+// "events" (one partition, tombstones on) and a JetStream sink "js", and a
+// ConfigMap resource to a core NATS sink and a stdout sink.
+const tailConfig = `apiVersion: kubewire.io/v1alpha1
+kind: Config
+cluster: conformance
+resources:
+  - group: demo.kubewire.io
+    version: v1
+    resource: widgets
+    sinks: [events, js]
+  - version: v1
+    resource: configmaps
+    sinks: [core, out]
+sinks:
+  - name: events
+    type: kafka
+    kafka:
+      brokers: [%[1]s]
+      topic: tail.{group}.{resource}
+      tombstones: true
+      createTopics: {partitions: 1, replicationFactor: 1}
+  - name: js
+    type: nats
+    nats:
+      mode: jetstream
+      servers: [%[2]s]
+      subject: kw.{cluster}.{group}.{version}.{resource}.{namespace}.{name}
+      jetstream: {stream: {name: KW}}
+  - name: core
+    type: nats
+    nats:
+      mode: core
+      servers: [%[2]s]
+  - name: out
+    type: stdout
+`
+
+// tailEnv is a kfake cluster and an embedded nats-server, a config file
+// naming them, and kubewire's own sinks built from that file.
+type tailEnv struct {
+	path  string
+	sinks map[string]sinks.Sink
+}
+
+func newTailEnv(t *testing.T) *tailEnv {
+	t.Helper()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+
+	env := &tailEnv{path: write(t, fmt.Sprintf(tailConfig, kc.ListenAddrs()[0], srv.ClientURL())), sinks: map[string]sinks.Sink{}}
+	cfg, err := config.Load(env.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for name, build := range map[string]func(config.Sink, sinks.Deps) (sinks.Sink, error){"events": kafka.New, "js": kwnats.New} {
+		sc, _ := cfg.Sink(name)
+		s, err := build(*sc, deps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err = s.Connect(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("connect %s: %v", name, err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		env.sinks[name] = s
+	}
+	return env
+}
+
+// send writes the changes, as one batch each, through the named sink.
+func (e *tailEnv) send(t *testing.T, sink string, changes ...*informer.Change) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, c := range changes {
+		ev, err := encoding.Event(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.sinks[sink].Write(ctx, []*event.Event{ev}); err != nil {
+			t.Fatalf("write to %s: %v", sink, err)
+		}
+	}
+}
+
+// history is what both sinks are sent before tail starts.
+func history() []*informer.Change {
+	c := sinktest.Change
+	return []*informer.Change{
+		c(informer.OpAdded, "team-a", "a", 1),
+		c(informer.OpAdded, "team-b", "b", 2),
+		c(informer.OpUpdated, "team-a", "a", 3),
+		c(informer.OpDeleted, "team-b", "b", 4),
+		c(informer.OpAdded, "team-a", "c", 5),
+	}
+}
+
+// tailTable runs tail to its end and returns its table rows as
+// "type key rv", without the header.
+func tailTable(t *testing.T, args ...string) []string {
+	t.Helper()
+	code, out, errOut := run(append([]string{"tail"}, args...)...)
+	if code != cli.ExitOK {
+		t.Fatalf("tail %v: exit %d\n%s%s", args, code, out, errOut)
+	}
+	var rows []string
+	for i, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if i == 0 {
+			if len(f) == 0 || f[0] != "TIME" {
+				t.Fatalf("no table header in\n%s", out)
+			}
+			continue
+		}
+		rows = append(rows, strings.Join(f[1:4], " "))
+	}
+	return rows
+}
+
+func TestTailPrintsWhatKubewiresSinksWroteInTheOrderWritten(t *testing.T) {
+	env := newTailEnv(t)
+	for _, s := range []string{"events", "js"} {
+		env.send(t, s, history()...)
+	}
+	w := "widgets.demo.kubewire.io/"
+	events := []string{
+		"added " + w + "team-a/a 1", "added " + w + "team-b/b 2", "updated " + w + "team-a/a 3",
+		"deleted " + w + "team-b/b 4", "added " + w + "team-a/c 5",
+	}
+	for _, tc := range []struct {
+		sink string
+		want []string
+	}{
+		// The Kafka sink follows a delete with its tombstone.
+		{"events", append(events[:4:4], "tombstone "+w+"team-b/b -", events[4])},
+		{"js", events},
+	} {
+		t.Run(tc.sink, func(t *testing.T) {
+			got := tailTable(t, "--config", env.path, "--sink", tc.sink, "--from-beginning", "--no-follow")
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("tail printed\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestTailsFiltersKeepOnlyTheNamespacesNamesAndTypesAskedFor(t *testing.T) {
+	env := newTailEnv(t)
+	env.send(t, "events", history()...)
+	w := "widgets.demo.kubewire.io/"
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  []string
+	}{
+		{"a namespace keeps its events and tombstones", []string{"--namespace", "team-b"},
+			[]string{"added " + w + "team-b/b 2", "deleted " + w + "team-b/b 4", "tombstone " + w + "team-b/b -"}},
+		{"a name keeps that object's events", []string{"--name", "a"},
+			[]string{"added " + w + "team-a/a 1", "updated " + w + "team-a/a 3"}},
+		{"types given as a comma list", []string{"--type", "deleted,tombstone"},
+			[]string{"deleted " + w + "team-b/b 4", "tombstone " + w + "team-b/b -"}},
+		{"a repeated type flag adds types", []string{"--type", "updated", "--type", "deleted"},
+			[]string{"updated " + w + "team-a/a 3", "deleted " + w + "team-b/b 4"}},
+		{"filters combine", []string{"--namespace", "team-a", "--type", "added"},
+			[]string{"added " + w + "team-a/a 1", "added " + w + "team-a/c 5"}},
+		{"--count stops after that many events", []string{"--count", "2"},
+			[]string{"added " + w + "team-a/a 1", "added " + w + "team-b/b 2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--config", env.path, "--sink", "events", "--from-beginning", "--no-follow"}, tc.flags...)
+			if got := tailTable(t, args...); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("tail %v printed\n%s\nwant\n%s", tc.flags, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestTailsJSONOutputIsOneCloudEventPerLineAndYAMLOneDocumentPerEvent(t *testing.T) {
+	env := newTailEnv(t)
+	env.send(t, "js", history()...)
+	var wantIDs []string
+	for _, c := range history() {
+		ev, err := encoding.Event(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantIDs = append(wantIDs, ev.ID())
+	}
+	code, out, errOut := run("tail", "--config", env.path, "--sink", "js", "--from-beginning", "--no-follow", "-o", "json")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var ids []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var ev event.Event
+		if err := ev.UnmarshalJSON(sc.Bytes()); err != nil {
+			t.Fatalf("a line is not a CloudEvent: %v\n%s", err, sc.Text())
+		}
+		if err := ev.Validate(); err != nil {
+			t.Errorf("event %s is not valid: %v", ev.ID(), err)
+		}
+		ids = append(ids, ev.ID())
+	}
+	if !reflect.DeepEqual(ids, wantIDs) {
+		t.Errorf("ids %v, want %v", ids, wantIDs)
+	}
+
+	code, out, errOut = run("tail", "--config", env.path, "--sink", "js", "--from-beginning", "--no-follow", "-o", "yaml")
+	if code != cli.ExitOK {
+		t.Fatalf("yaml: exit %d: %s", code, errOut)
+	}
+	if n := strings.Count(out, "---\n"); n != len(wantIDs) || !strings.Contains(out, "specversion: \"1.0\"") {
+		t.Errorf("yaml: %d documents, want %d, with specversion:\n%s", n, len(wantIDs), out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a running command writes while the
+// test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestTailByDefaultPrintsOnlyEventsWrittenAfterItStartedAndFollows(t *testing.T) {
+	env := newTailEnv(t)
+	for _, sink := range []string{"events", "js"} {
+		t.Run(sink, func(t *testing.T) {
+			env.send(t, sink, history()...)
+			var out, errOut syncBuffer
+			done := make(chan int, 1)
+			go func() {
+				done <- cli.Main([]string{"tail", "--config", env.path, "--sink", sink, "--count", "2", "--type", "added"}, &out, &errOut)
+			}()
+			apptest.Eventually(t, "tail to say it follows", func() bool { return strings.Contains(errOut.String(), "following") })
+			c := sinktest.Change
+			env.send(t, sink, c(informer.OpAdded, "team-c", "new-1", 10), c(informer.OpUpdated, "team-c", "new-1", 11), c(informer.OpAdded, "team-c", "new-2", 12))
+			select {
+			case code := <-done:
+				if code != cli.ExitOK {
+					t.Fatalf("exit %d: %s", code, errOut.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("tail did not stop after --count events; stdout:\n%s", out.String())
+			}
+			if s := out.String(); strings.Contains(s, "team-a") || !strings.Contains(s, "team-c/new-1") || !strings.Contains(s, "team-c/new-2") {
+				t.Errorf("tail printed\n%s\nwant only the two objects added after it started", s)
+			}
+		})
+	}
+}
+
+func TestTailsBadFlagsAndSinksExitWith2AndSayWhy(t *testing.T) {
+	path := write(t, fmt.Sprintf(tailConfig, "127.0.0.1:1", "nats://127.0.0.1:1"))
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		mention string
+	}{
+		{"no --sink", []string{"--config", path}, "--config and --sink are required"},
+		{"no --config", []string{"--sink", "events"}, "--config and --sink are required"},
+		{"an unknown output format", []string{"--config", path, "--sink", "events", "-o", "xml"}, `-o "xml"`},
+		{"an unknown event type", []string{"--config", path, "--sink", "events", "--type", "added,created"}, `--type "created"`},
+		{"a negative count", []string{"--config", path, "--sink", "events", "--count", "-1"}, "--count -1"},
+		{"an unknown flag", []string{"--config", path, "--sink", "events", "--follow-me"}, "--follow-me"},
+		{"a positional argument", []string{"--config", path, "--sink", "events", "extra"}, "takes no arguments"},
+		{"a sink the config does not define", []string{"--config", path, "--sink", "nope"}, `"events", "js", "core", "out"`},
+		{"a stdout sink", []string{"--config", path, "--sink", "out"}, "keeps nothing to read back"},
+		{"a core NATS sink", []string{"--config", path, "--sink", "core"}, "core NATS sink keeps nothing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := run(append([]string{"tail"}, tc.args...)...)
+			if code != cli.ExitConfig || !strings.Contains(errOut, tc.mention) || out != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 and a message with %q", code, out, errOut, tc.mention)
+			}
+		})
+	}
+}
