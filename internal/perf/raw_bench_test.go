@@ -28,8 +28,15 @@ func BenchmarkPipelineRaw(b *testing.B) {
 	}
 }
 
-// measure plays b.N events and reports what BenchmarkPipeline reports.
+// measure plays b.N events at once and reports what BenchmarkPipeline
+// reports.
 func measure(b *testing.B, replay *benchdata.Replay, p *pipeline) {
+	measureWith(b, replay, p, 10*time.Minute, func() { replay.Play(b.N) })
+}
+
+// measureWith runs play, which releases b.N events, waits up to timeout for
+// all of them to be acknowledged, and reports the pipeline's metrics.
+func measureWith(b *testing.B, replay *benchdata.Replay, p *pipeline, timeout time.Duration, play func()) {
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cpu0 := cpuTime()
@@ -37,11 +44,11 @@ func measure(b *testing.B, replay *benchdata.Replay, p *pipeline) {
 	b.SetBytes(int64(replay.FrameBytes()))
 	b.ResetTimer()
 	start := time.Now()
-	replay.Play(b.N)
+	play()
 	select {
 	case <-p.ack.done:
-	case <-time.After(10 * time.Minute):
-		b.Fatalf("only %d of %d events acknowledged within 10m", p.ack.updates.Load(), b.N)
+	case <-time.After(timeout):
+		b.Fatalf("only %d of %d events acknowledged within %s", p.ack.updates.Load(), b.N, timeout)
 	}
 	reportPipeline(b, start, cpu0, &before)
 }

@@ -1,0 +1,69 @@
+package perf
+
+import (
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/config"
+)
+
+// pacedRate is the event rate BenchmarkPipelinePaced releases events at:
+// KUBEWIRE_BENCH_RATE, default 200/s, a real cluster's trickle rather than
+// a flood.
+func pacedRate(tb testing.TB) int {
+	s := os.Getenv("KUBEWIRE_BENCH_RATE")
+	if s == "" {
+		return 200
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		tb.Fatalf("KUBEWIRE_BENCH_RATE=%q: want a positive number of events per second", s)
+	}
+	return n
+}
+
+// BenchmarkPipelinePaced is BenchmarkPipelineRaw with the events released at
+// a fixed rate (pacedRate) instead of as fast as the pipeline takes them.
+// At a trickle a batch holds about one event, so every per-event hand-off
+// and wake-up costs in full, as in a real cluster; compare its cpu-µs/event
+// with the saturated benchmark's for the same sink and object. One op is one
+// MODIFIED event acknowledged by the sink; b.N events take b.N/rate seconds.
+func BenchmarkPipelinePaced(b *testing.B) {
+	rate := pacedRate(b)
+	for _, bk := range brokers {
+		for _, k := range []benchdata.Kind{benchdata.ConfigMaps, benchdata.Pods} {
+			b.Run(bk.name+"/"+k.Name, func(b *testing.B) { benchPaced(b, bk, k, rate) })
+		}
+	}
+}
+
+func benchPaced(b *testing.B, bk brokerKind, k benchdata.Kind, rate int) {
+	rp := replayed[k.Name]
+	replay := benchdata.NewReplay(k, benchdata.DefaultSeed, rp.objects, rp.window)
+	defer replay.Close()
+	p := startPipeline(b, k, replay.URL(), bk.new(b), config.CacheRaw)
+	defer p.stop()
+	p.ack.setOnAck(func(evs []*event.Event, _ time.Time) { replay.Ack(countUpdates(evs)) })
+	select {
+	case <-p.ack.synced:
+	case <-time.After(2 * time.Minute):
+		b.Fatal("the initial snapshot was not acknowledged within 2m")
+	}
+	p.ack.expect(int64(b.N))
+	every := time.Second / time.Duration(rate)
+	timeout := time.Duration(b.N)*every + 2*time.Minute
+	measureWith(b, replay, p, timeout, func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for range b.N {
+			replay.Play(1)
+			<-t.C
+		}
+	})
+	b.ReportMetric(float64(rate), "events/s-asked")
+}
