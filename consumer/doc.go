@@ -8,7 +8,8 @@
 // complete snapshot did not touch (and nothing on an incomplete one), and
 // reports deletes noticed by a relist as cache.DeletedFinalStateUnknown.
 //
-// Sources (KafkaSource, JetStreamSource) read a broker into a View. They
+// Sources (KafkaSource, JetStreamSource, and KVSource for the key-value
+// bucket the NATS sink keeps) read a broker into a View. The first two
 // commit an offset or ack a message only after the View applied it and every
 // handler returned: delivery is at least once, and a handler may see an event
 // again after a restart.

@@ -45,8 +45,8 @@ func startNATS(t *testing.T) (string, jetstream.JetStream) {
 }
 
 // natsSink returns kubewire's NATS sink in JetStream mode, connected,
-// provisioning a stream of its own, and that stream's name.
-func natsSink(t *testing.T, url, mode, stream string) sinks.Sink {
+// provisioning a stream of its own; edits change its config first.
+func natsSink(t *testing.T, url, mode, stream string, edits ...func(*config.NATSSink)) sinks.Sink {
 	t.Helper()
 	c := &config.Config{
 		APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "conformance",
@@ -56,6 +56,9 @@ func natsSink(t *testing.T, url, mode, stream string) sinks.Sink {
 			Subject:   stream + ".{cluster}.{group}.{version}.{resource}.{namespace}.{name}",
 			JetStream: &config.NATSJetStream{Stream: &config.NATSStream{Name: stream}},
 		}}},
+	}
+	for _, e := range edits {
+		e(c.Sinks[0].NATS)
 	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {

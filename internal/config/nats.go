@@ -148,6 +148,24 @@ type NATSJetStream struct {
 	// Stream, when set, is created or updated to this configuration when the
 	// sink connects. Without it the stream must already exist.
 	Stream *NATSStream `json:"stream,omitempty"`
+	// KV, when set, also keeps a JetStream key-value bucket up to date: one
+	// key per object, holding the object's latest event. It is the NATS
+	// counterpart of a compacted Kafka topic.
+	KV *NATSKV `json:"kv,omitempty"`
+}
+
+// NATSKV is the key-value live view the sink keeps besides its stream.
+type NATSKV struct {
+	// Bucket is the bucket's name. Required.
+	Bucket string `json:"bucket"`
+	// Create creates the bucket on connect, or updates it to this
+	// configuration when it exists. Without it the bucket must exist.
+	Create bool `json:"create,omitempty"`
+	// Storage is "file" (default) or "memory". Only with create.
+	Storage string `json:"storage,omitempty"`
+	// Replicas is the number of copies, 1 to 5. Default 1. Only with
+	// create.
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // NATSStream is a stream kubewire provisions.
@@ -240,6 +258,16 @@ func (n *NATSSink) Defaulted() NATSSink {
 				}
 			}
 			js.Stream = &s
+		}
+		if js.KV != nil {
+			kv := *js.KV
+			if kv.Create && kv.Storage == "" {
+				kv.Storage = NATSStorageFile
+			}
+			if kv.Create && kv.Replicas == 0 {
+				kv.Replicas = DefaultNATSStreamReplicas
+			}
+			js.KV = &kv
 		}
 		d.JetStream = &js
 	}
@@ -434,6 +462,9 @@ func validateNATSJetStream(p *field.Path, js *NATSJetStream, template string) fi
 	if js.MaxPending != 0 {
 		errs = append(errs, validateRange(p.Child("maxPending"), js.MaxPending, 1, MaxNATSMaxPending)...)
 	}
+	if js.KV != nil {
+		errs = append(errs, validateNATSKV(p.Child("kv"), js.KV)...)
+	}
 	s := js.Stream
 	if s == nil {
 		return errs
@@ -482,6 +513,41 @@ func validateNATSJetStream(p *field.Path, js *NATSJetStream, template string) fi
 	if len(dw) == 0 && s.DuplicateWindow.set && s.MaxAge.Duration > 0 && s.DuplicateWindow.Duration > s.MaxAge.Duration {
 		errs = append(errs, field.Invalid(dp, s.DuplicateWindow.String(),
 			fmt.Sprintf("must be at most maxAge (%s): the server cannot remember ids longer than it keeps messages", s.MaxAge.String())))
+	}
+	return errs
+}
+
+// natsBucketName is what the server accepts as a key-value bucket name.
+var natsBucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+func validateNATSKV(p *field.Path, kv *NATSKV) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case kv.Bucket == "":
+		errs = append(errs, field.Required(p.Child("bucket"), "the name of the key-value bucket to keep up to date"))
+	case !natsBucketName.MatchString(kv.Bucket) || len(kv.Bucket) > 255:
+		errs = append(errs, field.Invalid(p.Child("bucket"), kv.Bucket,
+			`must be at most 255 letters, digits, "-" and "_"`))
+	}
+	if !kv.Create {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"storage", kv.Storage != ""}, {"replicas", kv.Replicas != 0}} {
+			if f.set {
+				errs = append(errs, field.Forbidden(p.Child(f.name),
+					"only applies when create is true; without it kubewire uses the bucket as it exists"))
+			}
+		}
+		return errs
+	}
+	switch kv.Storage {
+	case "", NATSStorageFile, NATSStorageMemory:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("storage"), kv.Storage, []string{NATSStorageFile, NATSStorageMemory}))
+	}
+	if kv.Replicas != 0 {
+		errs = append(errs, validateRange(p.Child("replicas"), kv.Replicas, 1, MaxNATSStreamReplicas)...)
 	}
 	return errs
 }

@@ -50,6 +50,11 @@ sinks:
           maxAge: 24h
           maxBytes: 1073741824
           duplicateWindow: 5m
+        kv:
+          bucket: KUBEWIRE_OBJECTS
+          create: true
+          storage: memory
+          replicas: 1
 `
 
 func natsEdit(pairs ...string) string {
@@ -81,6 +86,7 @@ sinks:
       servers: ["nats://nats:4222"]
       jetstream:
         stream: {name: KW, maxAge: 1m}
+        kv: {bucket: KW_OBJECTS, create: true}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +108,8 @@ sinks:
 		{"replicas", d.JetStream.Stream.Replicas, 1},
 		// The 2m default window is cut to maxAge, which the server requires.
 		{"duplicateWindow", d.JetStream.Stream.DuplicateWindow.Duration, time.Minute},
+		{"kv storage", d.JetStream.KV.Storage, config.NATSStorageFile},
+		{"kv replicas", d.JetStream.KV.Replicas, 1},
 	}
 	for _, c := range checks {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
@@ -296,6 +304,31 @@ func TestBadNATSConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 			name: "A duplicate window longer than maxAge is refused with the reason.",
 			yaml: natsEdit("duplicateWindow: 5m", "duplicateWindow: 48h"),
 			want: []string{p + `jetstream.stream.duplicateWindow: Invalid value: "48h0m0s": must be at most maxAge (24h0m0s)`},
+		},
+		{
+			name: "A key-value block without a bucket asks for one.",
+			yaml: natsEdit("          bucket: KUBEWIRE_OBJECTS\n", ""),
+			want: []string{p + "jetstream.kv.bucket: Required value"},
+		},
+		{
+			name: "A bucket name the server refuses is refused with what it may hold.",
+			yaml: natsEdit("bucket: KUBEWIRE_OBJECTS", "bucket: kube.wire"),
+			want: []string{p + `jetstream.kv.bucket: Invalid value: "kube.wire": must be at most 255 letters, digits, "-" and "_"`},
+		},
+		{
+			name: "Bucket storage and replicas without create are forbidden, since nothing would apply them.",
+			yaml: natsEdit("          create: true\n", ""),
+			want: []string{p + "jetstream.kv.storage: Forbidden: only applies when create is true", p + "jetstream.kv.replicas: Forbidden"},
+		},
+		{
+			name: "An unknown bucket storage lists the supported ones.",
+			yaml: natsEdit("storage: memory", "storage: ram"),
+			want: []string{p + `jetstream.kv.storage: Unsupported value: "ram"`},
+		},
+		{
+			name: "Too many bucket replicas says the range.",
+			yaml: natsEdit("          replicas: 1\n", "          replicas: 9\n"),
+			want: []string{p + "jetstream.kv.replicas: Invalid value: 9: must be between 1 and 5"},
 		},
 	}
 	for _, tc := range cases {

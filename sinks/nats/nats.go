@@ -52,9 +52,16 @@ type Sink struct {
 	// a redial replaced.
 	cur atomic.Pointer[natsgo.Conn]
 	// up is the dispatcher's health callback (sinks.ConnectionNotifier).
-	up   atomic.Pointer[func(bool)]
-	js   jetstream.JetStream
+	up atomic.Pointer[func(bool)]
+	js jetstream.JetStream
+	// kv is the key-value bucket of jetstream.kv, or nil.
+	kv   jetstream.KeyValue
 	done bool
+
+	// kvWindows holds, per open snapshot, the bucket's last revision when
+	// its started marker was written (see writeKV).
+	kvMu      sync.Mutex
+	kvWindows map[kvWindowKey]uint64
 
 	// window holds one token per JetStream publish awaiting its PubAck,
 	// across every shard: the bound that maxPending promises. A token is
@@ -119,6 +126,8 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		tmpl:    tmpl,
 		log:     log.With("sink", cfg.Name, "type", Type),
 		pending: map[*natsgo.Msg]waiter{},
+
+		kvWindows: map[kvWindowKey]uint64{},
 	}
 	if c.Mode == config.NATSModeJetStream {
 		s.window = make(chan struct{}, c.JetStream.MaxPending)
@@ -174,6 +183,7 @@ func (s *Sink) dialOnceLocked(ctx context.Context) error {
 		return fmt.Errorf("nats: connect to %s%s: %w", strings.Join(s.cfg.Servers, ","), s.authMethod(), err)
 	}
 	var js jetstream.JetStream
+	var kv jetstream.KeyValue
 	if s.cfg.Mode == config.NATSModeJetStream {
 		js, err = jetstream.New(nc,
 			// Our window is the real bound; the library's must not be
@@ -193,11 +203,17 @@ func (s *Sink) dialOnceLocked(ctx context.Context) error {
 				return err
 			}
 		}
+		if c := s.cfg.JetStream.KV; c != nil {
+			if kv, err = openKV(ctx, js, c, s.cfg.PublishTimeout.Duration); err != nil {
+				nc.Close()
+				return err
+			}
+		}
 	}
 	if s.nc != nil {
 		s.nc.Close()
 	}
-	s.nc, s.js = nc, js
+	s.nc, s.js, s.kv = nc, js, kv
 	s.cur.Store(nc)
 	s.report(nc, true)
 	return nil
@@ -378,7 +394,9 @@ func (s *Sink) tlsOption() (natsgo.Option, error) {
 }
 
 // Write publishes events in order and returns nil once the server has taken
-// every one: a PubAck in JetStream mode, a completed flush in core mode.
+// every one: a PubAck in JetStream mode, a completed flush in core mode. With
+// jetstream.kv, the batch is then written to the bucket too (writeKV), and
+// Write returns nil only once both have taken it.
 func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 	msgs := make([]*natsgo.Msg, len(events))
 	for i, ev := range events {
@@ -396,7 +414,16 @@ func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 	if js == nil {
 		return s.writeCore(ctx, nc, events, msgs)
 	}
-	return s.writeJetStream(ctx, js, events, msgs)
+	if err := s.writeJetStream(ctx, js, events, msgs); err != nil {
+		return err
+	}
+	if s.cfg.JetStream.KV == nil {
+		return nil
+	}
+	s.mu.Lock()
+	kv := s.kv
+	s.mu.Unlock()
+	return s.writeKV(ctx, js, kv, events)
 }
 
 func (s *Sink) message(ev *event.Event) (*natsgo.Msg, error) {

@@ -1,0 +1,308 @@
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+// The key-value live view (jetstream.kv): besides the stream, the sink keeps
+// a bucket in which each object's key holds the object's latest event, as
+// structured CloudEvent JSON, whatever the stream's content mode. A delete
+// deletes the key (a delete marker), and a complete snapshot deletes the keys
+// of its resource that had no event since it started, so the bucket holds
+// what the cluster holds. Snapshot markers themselves are not stored.
+
+// kvHeaderOp and kvOpDelete are how a JetStream key-value delete marker is
+// written (what jetstream.KeyValue.Delete sends).
+const (
+	kvHeaderOp = "KV-Operation"
+	kvOpDelete = "DEL"
+)
+
+// tokenEmptyKV stands for an empty segment of a partition key: escaped
+// segments never start with "_", so it meets none of them.
+const tokenEmptyKV = "_empty"
+
+// KVKey maps an event's partition key (`<resource>[.<group>]/<namespace>/
+// <name>`) to its key in the bucket, injectively: every "/"-separated
+// segment becomes EscapeToken of it with "~" written "=" (a bucket key may
+// hold only letters, digits and "-_=./"), and the segments are joined by
+// ".". "configmaps/shop/web" is "configmaps.shop.web" and
+// "widgets.demo.io/shop/kube-root-ca.crt" is
+// "widgets_demo_io.shop.kube-root-ca_crt". An escaped segment holds no "."
+// and no "=" that does not start an escape, so PartitionKeyOfKV reverses it
+// and two partition keys never share a bucket key. Each resource's keys start
+// with its escaped resource and a ".", so a watch of "configmaps.>" sees one
+// resource, and "configmaps.shop.*" one namespace.
+func KVKey(partitionKey string) string {
+	segs := strings.Split(partitionKey, "/")
+	for i, s := range segs {
+		if s == "" {
+			segs[i] = tokenEmptyKV
+			continue
+		}
+		segs[i] = strings.ReplaceAll(EscapeToken(s), "~", "=")
+	}
+	return strings.Join(segs, ".")
+}
+
+// PartitionKeyOfKV returns the partition key that KVKey mapped to key.
+func PartitionKeyOfKV(key string) (string, error) {
+	segs := strings.Split(key, ".")
+	for i, s := range segs {
+		if s == tokenEmptyKV {
+			segs[i] = ""
+			continue
+		}
+		var b strings.Builder
+		for j := 0; j < len(s); j++ {
+			switch c := s[j]; {
+			case c == '_':
+				b.WriteByte('.')
+			case c == '=':
+				if j+2 >= len(s) {
+					return "", fmt.Errorf("nats: bucket key %q: a truncated escape", key)
+				}
+				hi, ok1 := unhex(s[j+1])
+				lo, ok2 := unhex(s[j+2])
+				if !ok1 || !ok2 {
+					return "", fmt.Errorf("nats: bucket key %q: a bad escape", key)
+				}
+				b.WriteByte(hi<<4 | lo)
+				j += 2
+			default:
+				b.WriteByte(c)
+			}
+		}
+		segs[i] = b.String()
+	}
+	return strings.Join(segs, "/"), nil
+}
+
+// openKV creates or updates the bucket when the config says so, else binds
+// to the existing one.
+func openKV(ctx context.Context, js jetstream.JetStream, kv *config.NATSKV, timeout time.Duration) (jetstream.KeyValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if !kv.Create {
+		b, err := js.KeyValue(ctx, kv.Bucket)
+		if err != nil {
+			return nil, fmt.Errorf("nats: key-value bucket %q (jetstream.kv.create is false, so it must exist): %w", kv.Bucket, err)
+		}
+		return b, nil
+	}
+	storage := jetstream.FileStorage
+	if kv.Storage == config.NATSStorageMemory {
+		storage = jetstream.MemoryStorage
+	}
+	b, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: kv.Bucket, History: 1, Storage: storage, Replicas: kv.Replicas,
+		Description: "kubewire: each object's latest event, by object key",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nats: create or update key-value bucket %q: %w", kv.Bucket, err)
+	}
+	return b, nil
+}
+
+// kvWindowKey names an open snapshot of one resource.
+type kvWindowKey struct{ resource, snapshotID string }
+
+// writeKV brings the bucket up to date with a batch the stream has taken,
+// in the batch's order: a put for every object event, a delete marker for
+// every delete. A snapshot.started marker notes the bucket's last revision
+// (everything of its resource before the marker is in the bucket by then,
+// markers being barriers of their resource); a complete snapshot.completed
+// deletes the keys of its resource whose revision is not newer.
+//
+// It returns nil only when the server has taken every write. A failure is
+// retried by the dispatcher with the whole batch, stream publishes included
+// (deduplicated by Nats-Msg-Id); the puts are repeated, which is harmless:
+// they write the same values in the same order.
+func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, events []*event.Event) error {
+	prefix := "$KV." + s.cfg.JetStream.KV.Bucket + "."
+	var msgs []*natsgo.Msg
+	flush := func() error {
+		err := s.publishAll(ctx, js, msgs)
+		msgs = msgs[:0]
+		return err
+	}
+	for _, ev := range events {
+		key, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+		switch ev.Type() {
+		case encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeSynced:
+			m, err := s.kvPut(prefix+KVKey(key), ev)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, m)
+		case encoding.TypeDeleted:
+			m := natsgo.NewMsg(prefix + KVKey(key))
+			m.Header.Set(kvHeaderOp, kvOpDelete)
+			msgs = append(msgs, m)
+		case encoding.TypeSnapshotStarted, encoding.TypeSnapshotCompleted:
+			if err := flush(); err != nil {
+				return err
+			}
+			sid, _ := ev.Extensions()[encoding.ExtSnapshotID].(string)
+			wk := kvWindowKey{key, sid}
+			if ev.Type() == encoding.TypeSnapshotStarted {
+				last, err := kvLastRevision(ctx, kv)
+				if err != nil {
+					return err
+				}
+				s.kvMu.Lock()
+				s.kvWindows[wk] = last
+				s.kvMu.Unlock()
+				continue
+			}
+			s.kvMu.Lock()
+			start, ok := s.kvWindows[wk]
+			s.kvMu.Unlock()
+			if _, incomplete := ev.Extensions()[encoding.ExtIncomplete]; ok && !incomplete {
+				if err := s.kvPrune(ctx, js, kv, prefix, key, start); err != nil {
+					return err
+				}
+			}
+			s.kvMu.Lock()
+			delete(s.kvWindows, wk)
+			s.kvMu.Unlock()
+		}
+	}
+	return flush()
+}
+
+// kvPut is the put of ev's structured JSON at subject. An event larger than
+// the server's max_payload is put as its reference event, as the stream
+// does; one that is still too large is refused permanently.
+func (s *Sink) kvPut(subject string, ev *event.Event) (*natsgo.Msg, error) {
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return nil, sinks.Permanent(fmt.Errorf("nats: event %s: %w", ev.ID(), err))
+	}
+	max := int64(-1)
+	s.mu.Lock()
+	if s.nc != nil {
+		max = s.nc.MaxPayload()
+	}
+	s.mu.Unlock()
+	if max > 0 && int64(len(body)+len(subject)) > max {
+		ref, rerr := encoding.ReferenceEvent(ev)
+		if rerr == nil {
+			body, rerr = json.Marshal(ref)
+		}
+		if rerr != nil || int64(len(body)+len(subject)) > max {
+			return nil, sinks.Permanent(fmt.Errorf("nats: event %s is too large for the key-value bucket even as a reference", ev.ID()))
+		}
+	}
+	return &natsgo.Msg{Subject: subject, Data: body, Header: natsgo.Header{}}, nil
+}
+
+// kvLastRevision is the last revision the bucket has stored.
+func kvLastRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("nats: status of key-value bucket %s: %w", kv.Bucket(), err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return 0, fmt.Errorf("nats: status of key-value bucket %s: no stream information", kv.Bucket())
+	}
+	return bs.StreamInfo().State.LastSeq, nil
+}
+
+// kvPrune deletes the keys of resource whose revision is start or older:
+// the keys that had no event since the snapshot started.
+func (s *Sink) kvPrune(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, prefix, resource string, start uint64) error {
+	w, err := kv.Watch(ctx, KVKey(resource)+".>", jetstream.MetaOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("nats: list keys of %s in bucket %s: %w", resource, kv.Bucket(), err)
+	}
+	defer w.Stop()
+	var stale []*natsgo.Msg
+	for {
+		var e jetstream.KeyValueEntry
+		var open bool
+		select {
+		case e, open = <-w.Updates():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !open {
+			return fmt.Errorf("nats: list keys of %s in bucket %s: the watch ended", resource, kv.Bucket())
+		}
+		if e == nil {
+			break
+		}
+		if e.Revision() <= start {
+			m := natsgo.NewMsg(prefix + e.Key())
+			m.Header.Set(kvHeaderOp, kvOpDelete)
+			stale = append(stale, m)
+		}
+	}
+	return s.publishAll(ctx, js, stale)
+}
+
+// publishAll publishes msgs in order within the sink's window of pending
+// acknowledgements, and returns nil once every one has its PubAck.
+func (s *Sink) publishAll(ctx context.Context, js jetstream.JetStream, msgs []*natsgo.Msg) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	results := make(chan result, len(msgs))
+	inFlight, acked := 0, 0
+	var failures []error
+	stallAfter := 2 * s.cfg.PublishTimeout.Duration
+	stall := time.NewTimer(stallAfter)
+	defer stall.Stop()
+	take := func(r result) {
+		inFlight--
+		stall.Reset(stallAfter)
+		if r.err != nil {
+			failures = append(failures, fmt.Errorf("%s: %w", msgs[r.index].Subject, r.err))
+			return
+		}
+		acked++
+	}
+	next := 0
+	for next < len(msgs) && len(failures) == 0 || inFlight > 0 {
+		var admit chan struct{}
+		if next < len(msgs) && len(failures) == 0 {
+			admit = s.window
+		}
+		select {
+		case admit <- struct{}{}:
+			if err := s.publishAsync(js, msgs[next], results, next); err != nil {
+				failures = append(failures, fmt.Errorf("%s: %w", msgs[next].Subject, err))
+			} else {
+				inFlight++
+			}
+			next++
+		case r := <-results:
+			take(r)
+		case <-ctx.Done():
+			return fmt.Errorf("nats: %d of %d key-value writes acknowledged: %w", acked, len(msgs), ctx.Err())
+		case <-stall.C:
+			return fmt.Errorf("nats: %d of %d key-value writes acknowledged, no progress for %s", acked, len(msgs), stallAfter)
+		}
+	}
+	if len(failures) == 0 {
+		return nil
+	}
+	if len(failures) > 3 {
+		failures = append(failures[:3:3], fmt.Errorf("and %d more", len(failures)-3))
+	}
+	return fmt.Errorf("nats: %d of %d key-value writes not acknowledged: %w", len(msgs)-acked, len(msgs), errors.Join(failures...))
+}
