@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/apptest"
@@ -460,6 +461,37 @@ func newProcs(t *testing.T, ns string) *procs {
 	return p
 }
 
+// ownSpool gives the config a spool directory of the test's own when it
+// names none: the default is one directory for the whole machine, where a
+// run would replay the events another test, or an earlier run, left behind.
+// Restarts within one test share it, as a restarted pod keeps its volume.
+func (p *procs) ownSpool(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile(p.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatalf("%s: %v", p.config, err)
+	}
+	d, _ := cfg["dispatch"].(map[string]any)
+	if d == nil {
+		d = map[string]any{}
+		cfg["dispatch"] = d
+	}
+	if _, ok := d["spoolDir"]; ok {
+		return
+	}
+	d["spoolDir"] = filepath.Join(p.dir, "spool")
+	if b, err = yaml.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.config, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // start runs kubewire with extra flags, its events going to the file out.
 // It returns the process and a reader of what it has written so far.
 func (p *procs) start(t *testing.T, out string, flags ...string) (*exec.Cmd, func() []event.Event) {
@@ -468,6 +500,7 @@ func (p *procs) start(t *testing.T, out string, flags ...string) (*exec.Cmd, fun
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.ownSpool(t)
 	args := append([]string{"run", "--config", p.config, "--kubeconfig", p.kubeconfig, "--http-address", ""}, flags...)
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout = f
