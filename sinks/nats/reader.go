@@ -13,7 +13,6 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // DecodeMessage reads the CloudEvent of a message written by this sink (or
@@ -42,33 +41,11 @@ func DecodeMessage(h natsgo.Header, data []byte) (*event.Event, error) {
 // stream order. The stream is the one the config provisions, or else the one
 // that captures the sink's subjects.
 func ReadStream(ctx context.Context, sc config.Sink, fn func(*event.Event) error) error {
-	s, err := New(sc, sinks.Deps{})
+	nc, js, name, err := OpenStream(ctx, sc)
 	if err != nil {
 		return err
-	}
-	sink := s.(*Sink)
-	if sink.cfg.Mode != config.NATSModeJetStream {
-		return errors.New("nats: core NATS keeps no history to read; only a jetstream sink can be verified")
-	}
-	opts, err := sink.options()
-	if err != nil {
-		return err
-	}
-	nc, err := natsgo.Connect(strings.Join(sink.cfg.Servers, ","), opts...)
-	if err != nil {
-		return fmt.Errorf("nats: connect: %w", err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("nats: jetstream: %w", err)
-	}
-	var name string
-	if st := sink.cfg.JetStream.Stream; st != nil {
-		name = st.Name
-	} else if name, err = js.StreamNameBySubject(ctx, config.NATSStreamSubject(sink.cfg.Subject)); err != nil {
-		return fmt.Errorf("nats: no stream captures %s: %w", config.NATSStreamSubject(sink.cfg.Subject), err)
-	}
 	st, err := js.Stream(ctx, name)
 	if err != nil {
 		return fmt.Errorf("nats: stream %s: %w", name, err)
