@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,24 +32,6 @@ func configMap(op informer.Op, name string, rv int, data map[string]any) *inform
 	u.SetUID(k8stypes.UID("uid-" + name))
 	u.SetResourceVersion(strconv.Itoa(rv))
 	return &informer.Change{Op: op, Resource: configMaps, Key: configMaps.ObjectKey("team-a", name), Object: u, Observed: time.Now()}
-}
-
-// lockedBuffer is what the example logs to, read while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestTheAutomationsInformerHandlerReactsToConfigMapChangesFromJetStream(t *testing.T) {
@@ -101,7 +81,7 @@ func TestTheAutomationsInformerHandlerReactsToConfigMapChangesFromJetStream(t *t
 	// Before the automation starts: one ConfigMap it lists, not an add.
 	send(configMap(informer.OpAdded, "existing", 1, map[string]any{"x": "1"}))
 
-	var out lockedBuffer
+	var out apptest.Buffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 		if a.Key == slog.TimeKey {
 			return slog.Attr{}

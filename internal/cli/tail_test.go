@@ -2,14 +2,12 @@ package cli_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -262,31 +260,12 @@ func TestTailsJSONOutputIsOneCloudEventPerLineAndYAMLOneDocumentPerEvent(t *test
 	}
 }
 
-// syncBuffer is a bytes.Buffer that a running command writes while the
-// test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestTailByDefaultPrintsOnlyEventsWrittenAfterItStartedAndFollows(t *testing.T) {
 	env := newTailEnv(t)
 	for _, sink := range []string{"events", "js"} {
 		t.Run(sink, func(t *testing.T) {
 			env.send(t, sink, history()...)
-			var out, errOut syncBuffer
+			var out, errOut apptest.Buffer
 			done := make(chan int, 1)
 			go func() {
 				done <- cli.Main([]string{"tail", "--config", env.path, "--sink", sink, "--count", "2", "--type", "added"}, &out, &errOut)
