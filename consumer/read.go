@@ -60,9 +60,18 @@ func (v *View) List() ([]*unstructured.Unstructured, error) {
 	return decodeAll(v.Objects(""), func(Object) bool { return true })
 }
 
-// ByNamespace returns the objects of a namespace, decoded, sorted by key.
+// ByNamespace returns the objects of a namespace ("" for cluster-scoped
+// objects), decoded, sorted by key. It reads the namespace index, so its
+// cost follows the namespace's size, not the view's.
 func (v *View) ByNamespace(namespace string) ([]*unstructured.Unstructured, error) {
-	return decodeAll(v.Objects(""), func(o Object) bool { return o.Namespace == namespace })
+	v.mu.RLock()
+	os := make([]Object, 0, len(v.byNamespace[namespace]))
+	for _, e := range v.byNamespace[namespace] {
+		os = append(os, e.Object)
+	}
+	v.mu.RUnlock()
+	sort.Slice(os, func(i, j int) bool { return os[i].Key < os[j].Key })
+	return decodeAll(os, func(Object) bool { return true })
 }
 
 // ByLabel returns the objects whose labels match sel, decoded, sorted by

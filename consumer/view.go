@@ -61,6 +61,10 @@ type View struct {
 
 	mu      sync.RWMutex
 	objects map[string]*entry
+	// byNamespace indexes objects by namespace ("" for cluster-scoped), for
+	// ByNamespace. Labels get no index: one would cost more memory than the
+	// objects' JSON budget allows.
+	byNamespace map[string]map[string]*entry
 	// gone remembers deleted keys until a complete snapshot passes them, so
 	// that a late copy of an older event does not bring them back.
 	gone    map[string]entry
@@ -138,7 +142,7 @@ type change struct {
 // NewView returns an empty View.
 func NewView(opt Options) *View {
 	return &View{
-		opt: opt, objects: map[string]*entry{}, gone: map[string]entry{}, windows: map[windowKey]window{},
+		opt: opt, objects: map[string]*entry{}, byNamespace: map[string]map[string]*entry{}, gone: map[string]entry{}, windows: map[windowKey]window{},
 		pos: Positions{}, intern: map[string]string{}, sync: newSyncState(),
 	}
 }
@@ -324,6 +328,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		partition: v.interned(pos.Partition), seq: v.seq, typ: ev.Type(),
 	}
 	v.objects[key] = e
+	v.index(e)
 	delete(v.gone, key)
 	v.stats.Applied++
 	if held == nil {
@@ -332,9 +337,29 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	return []change{{pos: pos, kind: watch.Modified, key: key, old: &held.Object, obj: &e.Object}}, nil
 }
 
+// index records e under its namespace, replacing what the key held.
+func (v *View) index(e *entry) {
+	keys := v.byNamespace[e.Namespace]
+	if keys == nil {
+		keys = map[string]*entry{}
+		v.byNamespace[e.Namespace] = keys
+	}
+	keys[e.Key] = e
+}
+
+// unindex forgets e under its namespace.
+func (v *View) unindex(e *entry) {
+	keys := v.byNamespace[e.Namespace]
+	delete(keys, e.Key)
+	if len(keys) == 0 {
+		delete(v.byNamespace, e.Namespace)
+	}
+}
+
 // remove deletes held; final is the state the delete carried, if any.
 func (v *View) remove(pos Position, held *entry, final *Object, finalStateUnknown bool) change {
 	delete(v.objects, held.Key)
+	v.unindex(held)
 	v.gone[held.Key] = entry{Object: Object{Key: held.Key, UID: held.UID, ResourceVersion: held.ResourceVersion}, partition: held.partition, seq: v.seq}
 	v.stats.Applied++
 	if final == nil {

@@ -323,3 +323,20 @@ func TestTheViewKeepsTheObjectOfEveryPayloadMode(t *testing.T) {
 		}
 	}
 }
+
+func TestTheNamespaceIndexFollowsUpdatesAndDeletes(t *testing.T) {
+	v, _ := run([]step{
+		obj(encoding.TypeAdded, "a", "1"), obj(encoding.TypeAdded, "b", "2"),
+		obj(encoding.TypeUpdated, "a", "3"), obj(encoding.TypeDeleted, "b", "4"),
+	})
+	us, err := v.ByNamespace("ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(us) != 1 || us[0].GetName() != "a" || us[0].GetResourceVersion() != "3" {
+		t.Fatalf("ByNamespace(ns) after an update of a and a delete of b holds %d objects %v, want a at 3", len(us), us)
+	}
+	if us, _ := v.ByNamespace("none"); len(us) != 0 {
+		t.Errorf("ByNamespace of an empty namespace = %v", us)
+	}
+}
