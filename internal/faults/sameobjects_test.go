@@ -34,8 +34,12 @@ type brokerUnderTest struct {
 	kill      func()
 	restart   func()
 	// views are the consumer Views read from it, each with its source
-	// running, by what they read.
+	// running, by what they read. They start after the faults.
 	views func(t *testing.T) map[string]*consumer.View
+	// liveViews, if set, are Views started before the faults whose sources
+	// keep running through them: a consumer that never restarts must
+	// converge too.
+	liveViews func(t *testing.T) map[string]*consumer.View
 }
 
 // informerOn runs an informer until the test ends and waits for its sync.
@@ -142,6 +146,13 @@ func proveSameObjects(t *testing.T, ns string, b brokerUnderTest, label string) 
 	stop := make(chan struct{})
 	wg := churn(ns, stop)
 	waitUntil(t, "kubewire to write to "+b.name, func() bool { return b.delivered() > 40 }, nil)
+	var live map[string]*consumer.View
+	if b.liveViews != nil {
+		live = b.liveViews(t)
+		for what, v := range live {
+			waitUntil(t, "the view on "+what+" to catch up before the faults", v.HasSynced, nil)
+		}
+	}
 
 	// The broker dies and comes back while the churn goes on.
 	b.kill()
@@ -215,7 +226,11 @@ func proveSameObjects(t *testing.T, ns string, b brokerUnderTest, label string) 
 	proxy.Resume()
 
 	truth := apiServerInformer(t, ns)
-	for what, v := range b.views(t) {
+	views := b.views(t)
+	for what, v := range live {
+		views[what] = v
+	}
+	for what, v := range views {
 		inf := informerOn(t, consumer.NewSharedIndexInformer(v, "configmaps", 0, nil))
 		var got, want []string
 		waitUntil(t, "the informer on "+what+" to hold the apiserver's objects", func() bool {
@@ -266,7 +281,13 @@ func runView(t *testing.T, bind func(*consumer.View) (func(context.Context) erro
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
+	go func() {
+		err := run(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Logf("source ended early: %v", err)
+		}
+		done <- err
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil && ctx.Err() == nil {
@@ -312,6 +333,17 @@ func jetStreamUnderTest(t *testing.T, ns string) brokerUnderTest {
 		},
 		kill:    srv.Kill,
 		restart: srv.Begin,
+		liveViews: func(t *testing.T) map[string]*consumer.View {
+			return map[string]*consumer.View{
+				"JetStream, durable, through the faults": runView(t, func(v *consumer.View) (func(context.Context) error, error) {
+					s, err := consumer.NewJetStreamSource(v, consumer.JetStreamConfig{JetStream: js, Stream: stream, Durable: "live"})
+					if err != nil {
+						return nil, err
+					}
+					return s.Run, nil
+				}),
+			}
+		},
 		views: func(t *testing.T) map[string]*consumer.View {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
