@@ -27,6 +27,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/secretfile"
 	"github.com/kubewire/kubewire/internal/tlsfiles"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -356,11 +357,10 @@ func connectReason(err error) string {
 // environment variable. The error never includes the value.
 func secret(fileField, file, envField, env string) (string, error) {
 	if file != "" {
-		b, err := os.ReadFile(file)
+		v, err := secretfile.Read(fileField, file)
 		if err != nil {
-			return "", fmt.Errorf("nats: %s: %w", fileField, err)
+			return "", fmt.Errorf("nats: %w", err)
 		}
-		v := strings.TrimRight(string(b), "\r\n")
 		if v == "" {
 			return "", fmt.Errorf("nats: %s: %s is empty", fileField, file)
 		}
