@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // Options tune a View. The zero value keeps every resource.
@@ -263,7 +262,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	}
 
 	uid, rv := ext(ev, encoding.ExtUID), ext(ev, encoding.ExtResourceVersion)
-	if hasExt(ev, sinks.ExtConflated) {
+	if hasExt(ev, encoding.ExtConflated) {
 		v.stats.Conflated++
 	}
 	held := v.objects[key]

@@ -15,7 +15,6 @@ import (
 
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // step is one record of a partition: an event, or a tombstone of key.
@@ -234,7 +233,7 @@ func TestTheViewAppliesTheConsumersRule(t *testing.T) {
 		calls: []string{"add a 9"},
 	}, {
 		name:  "a conflated event is applied as the newest state",
-		steps: []step{obj(add, "a", "1"), obj(upd, "a", "9", with(sinks.ExtConflated, "7"))},
+		steps: []step{obj(add, "a", "1"), obj(upd, "a", "9", with(encoding.ExtConflated, "7"))},
 		held:  []string{"a@9"},
 		calls: []string{"add a 1", "update a 1->9"},
 	}} {
@@ -255,7 +254,7 @@ func TestTheViewCountsWhatItDroppedAndReportsStaleEvents(t *testing.T) {
 	v := consumer.NewView(consumer.Options{OnProblem: func(p consumer.Problem) { problems = append(problems, p) }})
 	for i, s := range []step{
 		obj(encoding.TypeAdded, "a", "5"), obj(encoding.TypeAdded, "a", "5"), obj(encoding.TypeUpdated, "a", "3"),
-		obj(encoding.TypeUpdated, "a", "6", with(sinks.ExtConflated, "2")),
+		obj(encoding.TypeUpdated, "a", "6", with(encoding.ExtConflated, "2")),
 	} {
 		v.Apply(consumer.Position{Partition: "p0", Offset: int64(i)}, s.ev)
 	}

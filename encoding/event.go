@@ -30,25 +30,6 @@ const (
 	TypeSnapshotCompleted = TypePrefix + "snapshot.completed"
 )
 
-// Extension attribute names. CloudEvents limits them to lowercase
-// alphanumerics; every value is a string, because sdk-go rejects int64.
-const (
-	ExtPartitionKey      = "partitionkey"
-	ExtAPIVersion        = "apiversion"
-	ExtKind              = "kind"
-	ExtNamespace         = "namespace"
-	ExtName              = "name"
-	ExtUID               = "uid"
-	ExtResourceVersion   = "resourceversion"
-	ExtCluster           = "cluster"
-	ExtSnapshotID        = "snapshotid"
-	ExtFinalStateUnknown = "finalstateunknown"
-	// ExtIncomplete is set on a snapshot.completed marker when some records
-	// of the snapshot could not be delivered; its value is how many.
-	// Consumers must not prune on such a marker.
-	ExtIncomplete = "incomplete"
-)
-
 var types = map[informer.Op]string{
 	informer.OpAdded:             TypeAdded,
 	informer.OpUpdated:           TypeUpdated,

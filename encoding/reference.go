@@ -10,15 +10,6 @@ import (
 	"github.com/kubewire/kubewire/internal/shape"
 )
 
-// ExtPayload marks an event whose data is a reference to the object instead
-// of the object itself, because the full event was larger than the broker
-// accepts. Its value is PayloadReference, and the data has the shape of
-// that payload mode.
-const (
-	ExtPayload       = "payload"
-	PayloadReference = shape.PayloadReference
-)
-
 // ReferenceEvent returns a copy of ev whose data only names the object, in
 // the shape of the reference payload mode (docs/events.md), and that carries
 // ExtPayload=reference. Every sink sends it in place of an

@@ -7,14 +7,6 @@ import (
 	"github.com/kubewire/kubewire/internal/shape"
 )
 
-// Extensions that say who made a change: the newest entry of the object's
-// managedFields when kubewire saw it (docs/events.md).
-const (
-	ExtChangedBy  = "changedby"
-	ExtChangeOp   = "changeop"
-	ExtChangeTime = "changetime"
-)
-
 // provenance is the value of the changedby extensions.
 type provenance struct{ manager, operation, time string }
 

@@ -38,7 +38,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]
 			// The event is shared with other sinks; these belong to this one.
 			c := ev.Clone()
 			if e.conflated > 0 {
-				c.SetExtension(ExtConflated, strconv.Itoa(e.conflated))
+				c.SetExtension(encoding.ExtConflated, strconv.Itoa(e.conflated))
 			}
 			if e.incomplete > 0 {
 				c.SetExtension(encoding.ExtIncomplete, strconv.Itoa(e.incomplete))

@@ -235,7 +235,7 @@ func TestAFullBufferConflatesPerObjectAndNeverFoldsADelete(t *testing.T) {
 		if ev.Type() == encoding.TypeDeleted {
 			sawDelete = true
 		}
-		if v, ok := ev.Extensions()[sinks.ExtConflated]; ok {
+		if v, ok := ev.Extensions()[encoding.ExtConflated]; ok {
 			n, _ := strconv.Atoi(v.(string))
 			folded += n
 		}

@@ -9,11 +9,6 @@ import (
 	"github.com/kubewire/kubewire/informer"
 )
 
-// ExtConflated is set on an event that stands for several changes of its
-// object folded together while the buffer was full; its value is how many
-// earlier changes were folded in.
-const ExtConflated = "conflated"
-
 // Item is one Change on its way to every sink that receives it. The
 // CloudEvent is built once, by the first dispatcher that needs it, and shared.
 type Item struct {

@@ -48,6 +48,28 @@ func Permanent(err error) error {
 	return fmt.Errorf("%w: %w", ErrPermanent, err)
 }
 
+// ErrTooLarge marks a broker's refusal of an event, or of a request, because
+// of its size. Each adapter recognises its broker's own error for that
+// (kafka-go's MessageSizeTooLarge, nats.go's ErrMaxPayload, ...) and wraps
+// it with TooLarge, so that callers on either side of the adapter test
+// errors.Is(err, ErrTooLarge) rather than knowing every broker's errors.
+var ErrTooLarge = errors.New("too large for the broker")
+
+// TooLarge wraps err so that errors.Is(err, ErrTooLarge) holds; its message
+// stays err's, and err stays reachable with errors.Is and errors.As. A nil
+// err stays nil.
+func TooLarge(err error) error {
+	if err == nil {
+		return nil
+	}
+	return tooLargeError{err}
+}
+
+type tooLargeError struct{ err error }
+
+func (e tooLargeError) Error() string   { return e.err.Error() }
+func (e tooLargeError) Unwrap() []error { return []error{ErrTooLarge, e.err} }
+
 // Deps are what the process gives adapters: a place for the stdout sink to
 // write and the logger.
 type Deps struct {

@@ -40,7 +40,7 @@ func checkEveryChange(t *testing.T, evs []*event.Event, keys, from, to int) {
 		if ev.Type() == encoding.TypeSnapshotStarted || ev.Type() == encoding.TypeSnapshotCompleted {
 			continue
 		}
-		if _, ok := ev.Extensions()[sinks.ExtConflated]; ok {
+		if _, ok := ev.Extensions()[encoding.ExtConflated]; ok {
 			t.Fatalf("event %s is conflated; the spool should have kept every change", ev.ID())
 		}
 		seen[key(ev)] = append(seen[key(ev)], rvOf(ev))

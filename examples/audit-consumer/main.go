@@ -24,6 +24,7 @@ import (
 	"syscall"
 
 	"github.com/kubewire/kubewire/consumer"
+	"github.com/kubewire/kubewire/encoding"
 )
 
 func main() {
@@ -75,7 +76,7 @@ func run(ctx context.Context, brokers []string, topic, path string, caughtUp fun
 		l := line{Kind: r.Kind, Partition: r.Position.Partition, Offset: r.Position.Offset, Key: r.Key}
 		switch r.Kind {
 		case consumer.ReadEvent:
-			l.Conflated, _ = r.Event.Extensions()["conflated"].(string)
+			l.Conflated, _ = r.Event.Extensions()[encoding.ExtConflated].(string)
 			l.Event, _ = r.Event.MarshalJSON()
 		case consumer.ReadGap:
 			l.Note = fmt.Sprintf("events before offset %d were lost", r.Position.Offset)

@@ -56,7 +56,7 @@ func send(t *testing.T, s sinks.Sink, changes []*informer.Change, conflated map[
 			t.Fatal(err)
 		}
 		if n, ok := conflated[i]; ok {
-			ev.SetExtension(sinks.ExtConflated, n)
+			ev.SetExtension(encoding.ExtConflated, n)
 		}
 		if err := s.Write(ctx, []*event.Event{ev}); err != nil {
 			t.Fatal(err)

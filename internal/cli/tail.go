@@ -20,7 +20,6 @@ import (
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
@@ -319,7 +318,7 @@ func (p *tailPrinter) event(ev *event.Event) {
 	switch p.format {
 	case "table":
 		var notes []string
-		for _, n := range []string{sinks.ExtConflated, encoding.ExtFinalStateUnknown, encoding.ExtIncomplete} {
+		for _, n := range []string{encoding.ExtConflated, encoding.ExtFinalStateUnknown, encoding.ExtIncomplete} {
 			if _, ok := ev.Extensions()[n]; ok {
 				notes = append(notes, n)
 			}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kubewire/kubewire/encoding/template"
 )
 
 // SinkTypeKafka is the sink type that produces CloudEvents to Apache Kafka.
@@ -282,20 +284,29 @@ func (k *KafkaSink) Defaulted() KafkaSink {
 
 // KafkaTopic expands a topic template for one resource. The core group ""
 // becomes KafkaCoreGroup. The result is not validated; see
-// ValidateKafkaTopicName.
-func KafkaTopic(template, cluster, group, version, resource string) string {
-	if !strings.Contains(template, "{") {
-		return template
+// ValidateKafkaTopicName. A template that does not parse (config validation
+// refuses it) is returned as it is.
+func KafkaTopic(tmpl, cluster, group, version, resource string) string {
+	t, err := ParseKafkaTopic(tmpl)
+	if err != nil {
+		return tmpl
 	}
 	if group == "" {
 		group = KafkaCoreGroup
 	}
-	return strings.NewReplacer(
-		"{cluster}", cluster,
-		"{group}", group,
-		"{version}", version,
-		"{resource}", resource,
-	).Replace(template)
+	// In the order of KafkaTopicPlaceholders.
+	return t.Expand([]string{cluster, group, version, resource})
+}
+
+// ParseKafkaTopic parses a topic template: literal characters legal in a
+// topic name and the placeholders of KafkaTopicPlaceholders in braces.
+func ParseKafkaTopic(tmpl string) (*template.Template, error) {
+	return template.Parse(tmpl, template.Rules{Placeholders: KafkaTopicPlaceholders(), Literal: func(r rune) string {
+		if legalTopicRune(r) {
+			return ""
+		}
+		return fmt.Sprintf("must hold only ASCII letters, digits, '.', '_', '-' and placeholders in braces (found %q)", r)
+	}})
 }
 
 // ValidateKafkaTopicName returns why name is not a legal Kafka topic name,
@@ -326,43 +337,12 @@ func legalTopicRune(r rune) bool {
 // characters; the expansions are checked per resource by
 // validateKafkaTopics.
 func validateKafkaTopicTemplate(p *field.Path, tmpl string) field.ErrorList {
-	invalid := func(why string) field.ErrorList { return field.ErrorList{field.Invalid(p, tmpl, why)} }
-	rest := tmpl
-	for rest != "" {
-		open := strings.IndexAny(rest, "{}")
-		lit := rest
-		if open >= 0 {
-			lit = rest[:open]
-		}
-		for _, r := range lit {
-			if !legalTopicRune(r) {
-				return invalid(fmt.Sprintf("must hold only ASCII letters, digits, '.', '_', '-' and placeholders in braces (found %q)", r))
-			}
-		}
-		if open < 0 {
-			break
-		}
-		if rest[open] == '}' {
-			return invalid(`has a "}" without a matching "{"`)
-		}
-		end := strings.IndexByte(rest[open:], '}')
-		if end < 0 {
-			return invalid(`has a "{" without a matching "}"`)
-		}
-		name := rest[open+1 : open+end]
-		known := false
-		for _, k := range KafkaTopicPlaceholders() {
-			known = known || k == name
-		}
-		if !known {
-			return invalid(fmt.Sprintf("has the unknown placeholder {%s}; known placeholders: {%s}",
-				name, strings.Join(KafkaTopicPlaceholders(), "}, {")))
-		}
-		rest = rest[open+end+1:]
+	if _, err := ParseKafkaTopic(tmpl); err != nil {
+		return field.ErrorList{field.Invalid(p, tmpl, err.Error())}
 	}
 	if !strings.Contains(tmpl, "{") {
 		if why := ValidateKafkaTopicName(tmpl); why != "" {
-			return invalid(why)
+			return field.ErrorList{field.Invalid(p, tmpl, why)}
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kubewire/kubewire/encoding/template"
 )
 
 // SinkTypeNATS is the sink type that publishes CloudEvents to NATS, either
@@ -581,48 +584,32 @@ func ValidateNATSSubjectTemplate(p *field.Path, tmpl string) field.ErrorList {
 		if tok == "" {
 			return invalid(fmt.Sprintf(`must not have an empty token (token %d): no leading, trailing or doubled "."`, i+1))
 		}
-		rest, placeholders := tok, 0
-		for rest != "" {
-			open := strings.IndexAny(rest, "{}")
-			lit := rest
-			if open >= 0 {
-				lit = rest[:open]
-			}
-			for _, r := range lit {
-				switch {
-				case r == '*' || r == '>':
-					return invalid(fmt.Sprintf("must not contain the wildcard %q: every event needs one concrete subject", r))
-				case r <= ' ' || r == 0x7f || r > 0x7e:
-					return invalid(fmt.Sprintf("must hold only printable ASCII without spaces outside placeholders (found %q)", r))
-				}
-			}
-			if open < 0 {
-				break
-			}
-			if rest[open] == '}' {
-				return invalid(`has a "}" without a matching "{"`)
-			}
-			end := strings.IndexByte(rest[open:], '}')
-			if end < 0 {
-				return invalid(`has a "{" without a matching "}"`)
-			}
-			name := rest[open+1 : open+end]
-			known := false
-			for _, k := range NATSSubjectPlaceholders() {
-				known = known || k == name
-			}
-			if !known {
-				return invalid(fmt.Sprintf("has the unknown placeholder {%s}; known placeholders: {%s}",
-					name, strings.Join(NATSSubjectPlaceholders(), "}, {")))
-			}
-			if placeholders++; placeholders > 1 {
+		if err := parseNATSSubjectToken(tok); err != nil {
+			if te := (*template.Error)(nil); errors.As(err, &te) && te.TooMany {
 				// "{namespace}{name}" would let "ab"+"c" and "a"+"bc" meet.
 				return invalid(fmt.Sprintf("token %d holds more than one placeholder; give each placeholder its own token so that different objects never share a subject", i+1))
 			}
-			rest = rest[open+end+1:]
+			return invalid(err.Error())
 		}
 	}
 	return nil
+}
+
+// parseNATSSubjectToken parses one token of a subject template: printable
+// ASCII without wildcards, and at most one placeholder of
+// NATSSubjectPlaceholders.
+func parseNATSSubjectToken(tok string) error {
+	_, err := template.Parse(tok, template.Rules{Placeholders: NATSSubjectPlaceholders(), MaxPlaceholders: 1,
+		Literal: func(r rune) string {
+			switch {
+			case r == '*' || r == '>':
+				return fmt.Sprintf("must not contain the wildcard %q: every event needs one concrete subject", r)
+			case r <= ' ' || r == 0x7f || r > 0x7e:
+				return fmt.Sprintf("must hold only printable ASCII without spaces outside placeholders (found %q)", r)
+			}
+			return ""
+		}})
+	return err
 }
 
 // validateNATSFilter checks a stream subject filter; it returns why it is

@@ -226,7 +226,7 @@ func (p *partition) send(batch []*unit) {
 		if u.sent == len(u.records) {
 			u.done <- nil
 		} else {
-			u.done <- err
+			u.done <- tooLarge(err)
 		}
 	}
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 )
 
@@ -21,8 +21,8 @@ import (
 const partitionsMaxAge = 30 * time.Second
 
 // topicFor expands the topic template for the event's resource, which it
-// reads from the event's source: /clusters/<c>/api/<v>/<r> or
-// /clusters/<c>/apis/<g>/<v>/<r>. Sources repeat, so the result is cached.
+// reads from the event's source (encoding.ParseSource). Sources repeat, so
+// the result is cached.
 func (s *Sink) topicFor(ev *event.Event) (string, error) {
 	src := ev.Source()
 	s.mu.Lock()
@@ -31,17 +31,11 @@ func (s *Sink) topicFor(ev *event.Event) (string, error) {
 	if ok {
 		return t, nil
 	}
-	parts := strings.Split(strings.TrimPrefix(src, "/"), "/")
-	var cluster, group, version, resource string
-	switch {
-	case len(parts) == 5 && parts[0] == "clusters" && parts[2] == "api":
-		cluster, version, resource = parts[1], parts[3], parts[4]
-	case len(parts) == 6 && parts[0] == "clusters" && parts[2] == "apis":
-		cluster, group, version, resource = parts[1], parts[3], parts[4], parts[5]
-	default:
+	r, ok := encoding.ParseSource(src)
+	if !ok {
 		return "", fmt.Errorf("kafka: event %s: source %q is not a kubewire resource source", ev.ID(), src)
 	}
-	t = config.KafkaTopic(s.cfg.Topic, cluster, group, version, resource)
+	t = config.KafkaTopic(s.cfg.Topic, r.Cluster, r.Group, r.Version, r.Resource)
 	if why := config.ValidateKafkaTopicName(t); why != "" {
 		return "", fmt.Errorf("kafka: event %s: topic %q %s", ev.ID(), t, why)
 	}

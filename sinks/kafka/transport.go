@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/secretfile"
 	"github.com/kubewire/kubewire/internal/tlsfiles"
 )
 
@@ -56,11 +56,11 @@ func saslMechanism(c *config.KafkaSASL) (sasl.Mechanism, error) {
 	var password string
 	switch {
 	case c.PasswordFile != "":
-		b, err := os.ReadFile(c.PasswordFile)
+		v, err := secretfile.Read("sasl.passwordFile", c.PasswordFile)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: sasl.passwordFile: %w", err)
+			return nil, fmt.Errorf("kafka: %w", err)
 		}
-		password = strings.TrimRight(string(b), "\r\n")
+		password = v
 	case c.PasswordEnv != "":
 		v, ok := os.LookupEnv(c.PasswordEnv)
 		if !ok {

@@ -204,7 +204,7 @@ func (s *Sink) send(ctx context.Context, groups []*group) ([]ackKey, error) {
 		}
 		switch {
 		case err == nil:
-		case isTooLarge(err):
+		case errors.Is(err, sinks.ErrTooLarge):
 			tooLarge = append(tooLarge, i)
 		default:
 			errs = append(errs, err)
@@ -232,7 +232,7 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, acked *[]ac
 		u := newUnit([]record{r})
 		g.p.submit(u)
 		err := u.wait(ctx)
-		if err == nil || !isTooLarge(err) || r.ev == nil {
+		if err == nil || !errors.Is(err, sinks.ErrTooLarge) || r.ev == nil {
 			if err != nil {
 				return err
 			}
@@ -257,7 +257,7 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, acked *[]ac
 			metrics.KafkaOversized.WithLabelValues(s.name, "reference").Inc()
 			s.log.Warn("event too large for Kafka; sent a reference to the object instead",
 				"id", r.ev.ID(), "partitionkey", string(r.key), "topic", g.p.topic, "bytes", r.size(), "err", err)
-		case isTooLarge(rerr):
+		case errors.Is(rerr, sinks.ErrTooLarge):
 			metrics.KafkaOversized.WithLabelValues(s.name, "dropped").Inc()
 			return sinks.Permanent(fmt.Errorf("kafka: event %s is too large for topic %s even as a reference (%d bytes): %w",
 				r.ev.ID(), g.p.topic, rr.size(), rerr))
@@ -268,8 +268,20 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, acked *[]ac
 	return nil
 }
 
+// isTooLarge recognises kafka-go's refusals of a record or a request as too
+// large. Inside the adapter it classifies a produce answer; what leaves the
+// partition loop carries sinks.ErrTooLarge instead (tooLarge).
 func isTooLarge(err error) bool {
 	return errors.Is(err, kafkago.MessageSizeTooLarge) || errors.Is(err, kafkago.RecordListTooLarge)
+}
+
+// tooLarge marks err with sinks.ErrTooLarge when Kafka refused something as
+// too large, and returns every other err as it is.
+func tooLarge(err error) error {
+	if isTooLarge(err) {
+		return sinks.TooLarge(err)
+	}
+	return err
 }
 
 // outcome names err for a metric label from a bounded set.

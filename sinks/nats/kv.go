@@ -204,7 +204,7 @@ func (s *Sink) kvPut(subject string, ev *event.Event) (*natsgo.Msg, error) {
 			body, rerr = json.Marshal(ref)
 		}
 		if rerr != nil || int64(len(body)+len(subject)) > max {
-			return nil, sinks.Permanent(fmt.Errorf("nats: event %s is too large for the key-value bucket even as a reference", ev.ID()))
+			return nil, sinks.Permanent(sinks.TooLarge(fmt.Errorf("nats: event %s is too large for the key-value bucket even as a reference", ev.ID())))
 		}
 	}
 	return &natsgo.Msg{Subject: subject, Data: body, Header: natsgo.Header{}}, nil
@@ -271,7 +271,7 @@ func (s *Sink) publishAll(ctx context.Context, js jetstream.JetStream, msgs []*n
 		inFlight--
 		stall.Reset(stallAfter)
 		if r.err != nil {
-			failures = append(failures, fmt.Errorf("%s: %w", msgs[r.index].Subject, r.err))
+			failures = append(failures, fmt.Errorf("%s: %w", msgs[r.index].Subject, tooLarge(r.err)))
 			return
 		}
 		acked++

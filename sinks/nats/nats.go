@@ -27,6 +27,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/secretfile"
 	"github.com/kubewire/kubewire/internal/tlsfiles"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -356,11 +357,10 @@ func connectReason(err error) string {
 // environment variable. The error never includes the value.
 func secret(fileField, file, envField, env string) (string, error) {
 	if file != "" {
-		b, err := os.ReadFile(file)
+		v, err := secretfile.Read(fileField, file)
 		if err != nil {
-			return "", fmt.Errorf("nats: %s: %w", fileField, err)
+			return "", fmt.Errorf("nats: %w", err)
 		}
-		v := strings.TrimRight(string(b), "\r\n")
 		if v == "" {
 			return "", fmt.Errorf("nats: %s: %s is empty", fileField, file)
 		}
@@ -458,19 +458,19 @@ func (s *Sink) message(ev *event.Event) (*natsgo.Msg, error) {
 // reference that is too large as well fails, permanently.
 func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.Event, msgs []*natsgo.Msg) error {
 	for i, m := range msgs {
-		err := nc.PublishMsg(m)
-		if isTooLarge(err) {
+		err := tooLarge(nc.PublishMsg(m))
+		if errors.Is(err, sinks.ErrTooLarge) {
 			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
 			ref, rerr := s.referenceMessage(events[i])
 			if rerr != nil {
 				return sinks.Permanent(fmt.Errorf("nats: publish event %s to %q: %w, and %w", events[i].ID(), m.Subject, err, rerr))
 			}
-			if err = nc.PublishMsg(ref); err == nil {
+			if err = tooLarge(nc.PublishMsg(ref)); err == nil {
 				s.sentReference(events[i], m)
 				continue
 			}
 			m = ref
-			if isTooLarge(err) {
+			if errors.Is(err, sinks.ErrTooLarge) {
 				metrics.NATSOversized.WithLabelValues(s.name, "dropped").Inc()
 				err = fmt.Errorf("even as a reference (%d bytes): %w", msgSize(ref), err)
 			}
@@ -478,7 +478,7 @@ func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.E
 		if err != nil {
 			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
 			err = fmt.Errorf("nats: publish event %s to %q: %w", events[i].ID(), m.Subject, err)
-			if isTooLarge(err) {
+			if errors.Is(err, sinks.ErrTooLarge) {
 				return sinks.Permanent(err)
 			}
 			return err
@@ -549,8 +549,9 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 	full := map[int]*natsgo.Msg{}
 
 	fail := func(i int, err error) {
+		err = tooLarge(err)
 		metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
-		if _, ok := full[i]; !ok && isTooLarge(err) {
+		if _, ok := full[i]; !ok && errors.Is(err, sinks.ErrTooLarge) {
 			ref, rerr := s.referenceMessage(events[i])
 			if rerr == nil {
 				full[i], msgs[i] = msgs[i], ref
@@ -559,10 +560,10 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 			}
 			err = fmt.Errorf("%w, and %w", err, rerr) // still too large: permanent
 		}
-		if !isTooLarge(err) {
+		if !errors.Is(err, sinks.ErrTooLarge) {
 			permanent = false
 		}
-		if _, ok := full[i]; ok && isTooLarge(err) {
+		if _, ok := full[i]; ok && errors.Is(err, sinks.ErrTooLarge) {
 			metrics.NATSOversized.WithLabelValues(s.name, "dropped").Inc()
 			err = fmt.Errorf("even as a reference (%d bytes): %w", msgSize(msgs[i]), err)
 		}
@@ -748,12 +749,25 @@ func msgSize(m *natsgo.Msg) int {
 	return n
 }
 
+// isTooLarge recognises nats.go's refusals of a message as too large: the
+// client's, against the server's max_payload, and the stream's, against its
+// max_msg_size. What leaves the adapter carries sinks.ErrTooLarge instead
+// (tooLarge).
 func isTooLarge(err error) bool {
 	if errors.Is(err, natsgo.ErrMaxPayload) {
 		return true
 	}
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}
+
+// tooLarge marks err with sinks.ErrTooLarge when NATS refused a message as
+// too large, and returns every other err as it is.
+func tooLarge(err error) error {
+	if isTooLarge(err) && !errors.Is(err, sinks.ErrTooLarge) {
+		return sinks.TooLarge(err)
+	}
+	return err
 }
 
 // reason is the bounded metric label of a publish error.

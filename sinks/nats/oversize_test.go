@@ -262,8 +262,8 @@ func TestAnEventWhoseReferenceIsTooLargeTooFailsPermanentlyAndIsCountedAsDropped
 			}
 			before := testutil.ToFloat64(metrics.NATSOversized.WithLabelValues(name, "dropped"))
 			err = s.Write(ctx, []*event.Event{ev})
-			if !errors.Is(err, sinks.ErrPermanent) || !strings.Contains(err.Error(), "even as a reference") {
-				t.Fatalf("Write = %v; want a permanent failure that says even the reference was too large", err)
+			if !errors.Is(err, sinks.ErrPermanent) || !errors.Is(err, sinks.ErrTooLarge) || !strings.Contains(err.Error(), "even as a reference") {
+				t.Fatalf("Write = %v; want a permanent, too-large failure that says even the reference was too large", err)
 			}
 			if d := testutil.ToFloat64(metrics.NATSOversized.WithLabelValues(name, "dropped")) - before; d != 1 {
 				t.Errorf("kubewire_nats_oversized_events_total{action=dropped} grew by %v, want 1", d)
@@ -295,8 +295,8 @@ func TestAnOversizedEventWithoutAReferenceEventFailsPermanentlyRatherThanForever
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Write(ctx, []*event.Event{ev}); !errors.Is(err, sinks.ErrPermanent) {
-				t.Fatalf("Write = %.300v...; want a permanent failure", err)
+			if err := s.Write(ctx, []*event.Event{ev}); !errors.Is(err, sinks.ErrPermanent) || !errors.Is(err, sinks.ErrTooLarge) {
+				t.Fatalf("Write = %.300v...; want a permanent, too-large failure", err)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/encoding/template"
 	"github.com/kubewire/kubewire/internal/config"
 )
 
@@ -94,35 +95,30 @@ func escapeGroup(g string) string {
 	return EscapeToken(g)
 }
 
-// placeholder indexes the values a template can use.
-type placeholder int
-
+// The placeholders of a subject template, as indexes into subjectValues and
+// into placeholderNames.
 const (
-	phNone placeholder = iota
-	phCluster
+	phCluster = iota
 	phGroup
 	phVersion
 	phResource
 	phKind
 	phNamespace
 	phName
+	numPlaceholders
 )
 
-var placeholders = map[string]placeholder{
-	"cluster": phCluster, "group": phGroup, "version": phVersion, "resource": phResource,
-	"kind": phKind, "namespace": phNamespace, "name": phName,
-}
-
-// templateToken is one token of a compiled template: literal text around at
-// most one placeholder (config validation allows no more).
-type templateToken struct {
-	prefix, suffix string
-	ph             placeholder
+// placeholderNames names the placeholders in the order of their indexes.
+// They are those of config.NATSSubjectPlaceholders: a template that config
+// validation accepts parses with them.
+var placeholderNames = [numPlaceholders]string{
+	phCluster: "cluster", phGroup: "group", phVersion: "version", phResource: "resource",
+	phKind: "kind", phNamespace: "namespace", phName: "name",
 }
 
 // Template expands a validated subject template for an event.
 type Template struct {
-	tokens []templateToken
+	t *template.Template
 }
 
 // CompileTemplate parses a subject template; it rejects what config
@@ -131,20 +127,17 @@ func CompileTemplate(tmpl string) (*Template, error) {
 	if errs := config.ValidateNATSSubjectTemplate(nil, tmpl); len(errs) > 0 {
 		return nil, fmt.Errorf("subject template: %w", errs.ToAggregate())
 	}
-	t := &Template{}
-	for _, tok := range strings.Split(tmpl, ".") {
-		tt := templateToken{prefix: tok}
-		if open := strings.IndexByte(tok, '{'); open >= 0 {
-			end := strings.IndexByte(tok, '}')
-			tt = templateToken{prefix: tok[:open], suffix: tok[end+1:], ph: placeholders[tok[open+1:end]]}
-		}
-		t.tokens = append(t.tokens, tt)
+	// Validation parsed it token by token; as a whole it is the same
+	// literal text and placeholders, and no placeholder name holds a ".".
+	t, err := template.Parse(tmpl, template.Rules{Placeholders: placeholderNames[:]})
+	if err != nil {
+		return nil, fmt.Errorf("subject template: %w", err)
 	}
-	return t, nil
+	return &Template{t: t}, nil
 }
 
 // subjectValues are the escaped tokens of one event.
-type subjectValues [phName + 1]string
+type subjectValues [numPlaceholders]string
 
 // Subject returns the subject of ev. It fails only for an event that does not
 // follow kubewire's event contract (a source it cannot parse).
@@ -153,36 +146,17 @@ func (t *Template) Subject(ev *event.Event) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	for i, tt := range t.tokens {
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(tt.prefix)
-		if tt.ph != phNone {
-			b.WriteString(v[tt.ph])
-			b.WriteString(tt.suffix)
-		}
-	}
-	return b.String(), nil
+	return t.t.Expand(v[:]), nil
 }
 
-// valuesOf reads the subject values from the event contract: group, version
-// and resource from the source, the rest from extensions.
+// valuesOf reads the subject values from the event contract, each escaped
+// into one token: group, version and resource from the source, the rest from
+// extensions.
 func valuesOf(ev *event.Event) (subjectValues, error) {
 	var v subjectValues
-	src := ev.Source()
-	// /clusters/<cluster>/api/<version>/<resource> or
-	// /clusters/<cluster>/apis/<group>/<version>/<resource>
-	parts := strings.Split(strings.TrimPrefix(src, "/"), "/")
-	var group, version, resource string
-	switch {
-	case len(parts) == 5 && parts[0] == "clusters" && parts[2] == "api":
-		version, resource = parts[3], parts[4]
-	case len(parts) == 6 && parts[0] == "clusters" && parts[2] == "apis":
-		group, version, resource = parts[3], parts[4], parts[5]
-	default:
-		return v, fmt.Errorf("event %s: source %q is not a kubewire resource source", ev.ID(), src)
+	src, ok := encoding.ParseSource(ev.Source())
+	if !ok {
+		return v, fmt.Errorf("event %s: source %q is not a kubewire resource source", ev.ID(), ev.Source())
 	}
 	ext := func(name string) string {
 		s, _ := ev.Extensions()[name].(string)
@@ -190,12 +164,12 @@ func valuesOf(ev *event.Event) (subjectValues, error) {
 	}
 	cluster := ext(encoding.ExtCluster)
 	if cluster == "" {
-		cluster = parts[1]
+		cluster = src.Cluster
 	}
 	v[phCluster] = escapeOr(cluster, tokenEmpty)
-	v[phGroup] = escapeGroup(group)
-	v[phVersion] = escapeOr(version, tokenEmpty)
-	v[phResource] = escapeOr(resource, tokenEmpty)
+	v[phGroup] = escapeGroup(src.Group)
+	v[phVersion] = escapeOr(src.Version, tokenEmpty)
+	v[phResource] = escapeOr(src.Resource, tokenEmpty)
 	v[phKind] = escapeOr(ext(encoding.ExtKind), tokenEmpty)
 	name := ext(encoding.ExtName)
 	switch {

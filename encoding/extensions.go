@@ -1,0 +1,44 @@
+package encoding
+
+import "github.com/kubewire/kubewire/internal/shape"
+
+// The extension attributes of the event contract (docs/events.md), every
+// one kubewire sets, wherever it sets it. CloudEvents limits their names to
+// lowercase alphanumerics; every value is a string, because sdk-go rejects
+// int64.
+const (
+	ExtPartitionKey      = "partitionkey"
+	ExtAPIVersion        = "apiversion"
+	ExtKind              = "kind"
+	ExtNamespace         = "namespace"
+	ExtName              = "name"
+	ExtUID               = "uid"
+	ExtResourceVersion   = "resourceversion"
+	ExtCluster           = "cluster"
+	ExtSnapshotID        = "snapshotid"
+	ExtFinalStateUnknown = "finalstateunknown"
+	// ExtIncomplete is set on a snapshot.completed marker when some records
+	// of the snapshot could not be delivered; its value is how many.
+	// Consumers must not prune on such a marker.
+	ExtIncomplete = "incomplete"
+	// ExtConflated is set on an event that stands for several changes of
+	// its object folded together while the buffer was full; its value is
+	// how many earlier changes were folded in. The dispatcher sets it.
+	ExtConflated = "conflated"
+	// ExtPayload marks an event whose data is a reference to the object
+	// instead of the object itself, because the full event was larger than
+	// the broker accepts. Its value is PayloadReference, and the data has
+	// the shape of that payload mode (see ReferenceEvent).
+	ExtPayload = "payload"
+)
+
+// Extensions that say who made a change: the newest entry of the object's
+// managedFields when kubewire saw it (docs/events.md).
+const (
+	ExtChangedBy  = "changedby"
+	ExtChangeOp   = "changeop"
+	ExtChangeTime = "changetime"
+)
+
+// PayloadReference is the value of ExtPayload.
+const PayloadReference = shape.PayloadReference
