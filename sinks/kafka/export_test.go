@@ -38,3 +38,7 @@ func EncodeIdempotent(recs []kafkago.Record, id int64, epoch int16, seq int32) (
 // SetProbeInterval sets how often the idle connection probe runs. Call it
 // before Connect.
 func SetProbeInterval(s sinks.Sink, d time.Duration) { s.(*Sink).probeEvery = d }
+
+// EncodeWithSDK is the encoding through sdk-go's binding package, the
+// oracle of the direct binary encoding.
+var EncodeWithSDK = encodeWithSDK

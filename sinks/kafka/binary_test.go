@@ -1,0 +1,123 @@
+package kafka_test
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	"github.com/kubewire/kubewire/sinks/sinktest"
+)
+
+// binaryCorpus is every kind of event kubewire sends, and some it never
+// does but a binding must still write faithfully.
+func binaryCorpus(t *testing.T) map[string]*event.Event {
+	t.Helper()
+	evs := map[string]*event.Event{}
+	for _, op := range []informer.Op{informer.OpAdded, informer.OpUpdated, informer.OpDeleted, informer.OpSynced} {
+		c := sinktest.Change(op, "team-ä", "cm-1", 7)
+		if op == informer.OpSynced {
+			c.SnapshotID = "snap1"
+		}
+		evs[string(op)] = mustEvent(t, c)
+		evs["cluster "+string(op)] = mustEvent(t, sinktest.ClusterChange(op, "node-✓", 8))
+	}
+	unknown := sinktest.Change(informer.OpDeleted, "ns", "gone", 9)
+	unknown.FinalStateUnknown = true
+	evs["finalstateunknown delete"] = mustEvent(t, unknown)
+	for _, op := range []informer.Op{informer.OpSnapshotStarted, informer.OpSnapshotCompleted} {
+		evs[string(op)] = mustEvent(t, &informer.Change{Op: op, Resource: sinktest.Resource, Key: sinktest.Resource.KeyPrefix,
+			SnapshotID: "snap1", Count: 3, Observed: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)})
+	}
+	conflated := mustEvent(t, sinktest.Change(informer.OpUpdated, "ns", "busy", 10))
+	conflated.SetExtension(encoding.ExtConflated, "4")
+	evs["conflated"] = conflated
+	ref, err := encoding.ReferenceEvent(mustEvent(t, sinktest.Change(informer.OpUpdated, "ns", "big", 11)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs["reference"] = ref
+	odd := event.New()
+	odd.SetID(`id with "quotes", % and ünïcødé 😀`)
+	odd.SetSource("/clusters/x/apis/a.b/v1/things?q=1#frag")
+	odd.SetType("io.kubewire.object.updated")
+	odd.SetSubject("ns/näme with spaces")
+	odd.SetTime(time.Date(2026, 11, 25, 9, 0, 0, 1, time.FixedZone("x", 3600)))
+	odd.SetDataSchema("https://example.com/schema.json")
+	odd.SetExtension("partitionkey", "k/ns/näme")
+	odd.SetExtension("count", 42)
+	odd.SetExtension("flag", true)
+	if err := odd.SetData(event.ApplicationJSON, map[string]any{"a": "\u2028 \\ \"x\""}); err != nil {
+		t.Fatal(err)
+	}
+	evs["odd attributes and non-string extensions"] = &odd
+	noData := event.New()
+	noData.SetID("1")
+	noData.SetSource("/s")
+	noData.SetType("t")
+	evs["no data, no key, no time"] = &noData
+	return evs
+}
+
+func sortedHeaders(m kafkago.Message) []string {
+	out := make([]string, 0, len(m.Headers))
+	for _, h := range m.Headers {
+		out = append(out, fmt.Sprintf("%s=%q", h.Key, h.Value))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestTheDirectBinaryEncodingIsWhatSDKGoWrites(t *testing.T) {
+	for name, ev := range binaryCorpus(t) {
+		t.Run(name, func(t *testing.T) {
+			got, err := kafka.EncodeMessage(ev, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := kafka.EncodeWithSDK(ev, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Key, want.Key) {
+				t.Errorf("key %q, sdk-go writes %q", got.Key, want.Key)
+			}
+			if !bytes.Equal(got.Value, want.Value) {
+				t.Errorf("value differs:\n%s\nsdk-go:\n%s", got.Value, want.Value)
+			}
+			// sdk-go walks the extensions map, so only the set of headers is
+			// defined, not their order.
+			if g, w := sortedHeaders(got), sortedHeaders(want); !slices.Equal(g, w) {
+				t.Errorf("headers differ:\n%s\nsdk-go:\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
+			}
+			if len(ev.Data()) > 0 { // sdk-go reads no data back as empty, not nil
+				sameEvent(t, ev, decodeWithSDK(t, got).Event)
+			}
+		})
+	}
+}
+
+func TestANonStringExtensionIsWrittenInItsCanonicalForm(t *testing.T) {
+	ev := event.New()
+	ev.SetID("1")
+	ev.SetSource("/s")
+	ev.SetType("t")
+	ev.SetExtension("count", 42)
+	m, err := kafka.EncodeMessage(&ev, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := types.Format(int32(42))
+	if h := headerMap(m)["ce_count"]; h != want {
+		t.Errorf("ce_count = %q, want %q", h, want)
+	}
+}
