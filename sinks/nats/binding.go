@@ -10,6 +10,8 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
 	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/kubewire/kubewire/encoding"
 )
 
 // HeaderPrefix is the prefix of every CloudEvents attribute header in binary
@@ -135,7 +137,62 @@ func unhex(c byte) (byte, bool) {
 // binaryMessage maps ev to a binary-mode message: every attribute, extensions
 // included, in its own ce- header with a percent-encoded value; the data,
 // untouched, as the body.
+//
+// It runs once per event and sink, so it reads a 1.0 context's fields and
+// extensions map directly (ev.Extensions() copies the map on every call),
+// names the headers of known attributes with constants, and gives every
+// header's value slice one shared backing array.
 func binaryMessage(subject string, ev *event.Event) (*natsgo.Msg, error) {
+	c, ok := ev.Context.(*event.EventContextV1)
+	if !ok {
+		return binaryMessageOf(subject, ev)
+	}
+	n := 4 + len(c.Extensions)
+	for _, set := range []bool{c.Subject != nil, c.Time != nil, c.DataContentType != nil, c.DataSchema != nil} {
+		if set {
+			n++
+		}
+	}
+	h := make(natsgo.Header, n)
+	vals := make([]string, 0, n)
+	set := func(name, v string) {
+		vals = append(vals, EncodeHeaderValue(v))
+		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	set(headerSpecVersion, event.CloudEventsVersionV1)
+	set(headerID, c.ID)
+	set(headerSource, c.Source.String())
+	set(headerType, c.Type)
+	if c.Subject != nil && *c.Subject != "" {
+		set(headerSubject, *c.Subject)
+	}
+	if c.Time != nil && !c.Time.IsZero() {
+		set(headerTime, types.FormatTime(c.Time.Time))
+	}
+	if c.DataContentType != nil && *c.DataContentType != "" {
+		set(headerDataContentType, *c.DataContentType)
+	}
+	if c.DataSchema != nil {
+		if v := c.DataSchema.String(); v != "" {
+			set(headerDataSchema, v)
+		}
+	}
+	for name, v := range c.Extensions {
+		s, isString := v.(string)
+		if !isString {
+			var err error
+			if s, err = types.Format(v); err != nil {
+				return nil, fmt.Errorf("extension %q: %w", name, err)
+			}
+		}
+		set(extensionHeader(name), s)
+	}
+	return &natsgo.Msg{Subject: subject, Header: h, Data: ev.Data()}, nil
+}
+
+// binaryMessageOf is binaryMessage through the event's accessors, for a
+// context that is not 1.0; tests hold binaryMessage to it.
+func binaryMessageOf(subject string, ev *event.Event) (*natsgo.Msg, error) {
 	h := make(natsgo.Header, 8+len(ev.Extensions()))
 	set := func(name, v string) { h[HeaderPrefix+name] = []string{EncodeHeaderValue(v)} }
 	set("specversion", ev.SpecVersion())
@@ -162,6 +219,43 @@ func binaryMessage(subject string, ev *event.Event) (*natsgo.Msg, error) {
 		set(strings.ToLower(name), s)
 	}
 	return &natsgo.Msg{Subject: subject, Header: h, Data: ev.Data()}, nil
+}
+
+// Header names of the spec's attributes in binary mode.
+const (
+	headerSpecVersion     = HeaderPrefix + "specversion"
+	headerID              = HeaderPrefix + "id"
+	headerSource          = HeaderPrefix + "source"
+	headerType            = HeaderPrefix + "type"
+	headerSubject         = HeaderPrefix + "subject"
+	headerTime            = HeaderPrefix + "time"
+	headerDataContentType = HeaderPrefix + "datacontenttype"
+	headerDataSchema      = HeaderPrefix + "dataschema"
+)
+
+// extensionHeaders are the header names of the extensions kubewire sets,
+// made once rather than per event.
+var extensionHeaders = func() map[string]string {
+	m := map[string]string{}
+	for _, name := range []string{
+		encoding.ExtPartitionKey, encoding.ExtAPIVersion, encoding.ExtKind, encoding.ExtNamespace,
+		encoding.ExtName, encoding.ExtUID, encoding.ExtResourceVersion, encoding.ExtCluster,
+		encoding.ExtSnapshotID, encoding.ExtFinalStateUnknown, encoding.ExtIncomplete,
+		encoding.ExtConflated, encoding.ExtPayload, encoding.ExtChangedBy, encoding.ExtChangeOp,
+		encoding.ExtChangeTime,
+	} {
+		m[name] = HeaderPrefix + name
+	}
+	return m
+}()
+
+// extensionHeader is the header of an extension; CloudEvents extension
+// names are lowercase already, and sdk-go lowercases them when set.
+func extensionHeader(name string) string {
+	if h, ok := extensionHeaders[name]; ok {
+		return h
+	}
+	return HeaderPrefix + strings.ToLower(name)
 }
 
 // structuredMessage maps ev to a structured-mode message: the JSON event
