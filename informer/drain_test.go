@@ -1,7 +1,6 @@
 package informer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,29 +55,11 @@ func TestShutdownHandsEveryNotificationQueuedBehindASlowHandlerToTheOutput(t *te
 	}
 }
 
-// logBuffer is an io.Writer for a test logger, safe to read while written.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestAHandlerThatCannotCatchUpWithinTheDrainTimeIsReportedAsNotDrained(t *testing.T) {
 	f := newFakeAPIServer(t, "1", configMapJSON("a", "1"))
 	out := &syncOutput{}
 	w := fakeWatcher(t, f, "", out)
-	logs := &logBuffer{}
+	logs := &testkit.Buffer{}
 	w.log = slog.New(slog.NewTextHandler(logs, nil))
 	w.opt.DrainTimeout = 50 * time.Millisecond
 	var g gate
