@@ -14,6 +14,7 @@ import (
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -117,7 +118,7 @@ func TestAJetStreamSourceResumesFromAStoredPositionAndWhereItsDurableAcked(t *te
 	}
 	last := uint64(stored["KW"] - 1)
 	var info *jetstream.ConsumerInfo
-	eventually(t, "every applied message to be acked", func() bool {
+	testkit.Eventually(t, "every applied message to be acked", func() bool {
 		info, err = c.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream == last
 	}, func() string {

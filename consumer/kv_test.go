@@ -12,6 +12,7 @@ import (
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -60,7 +61,7 @@ func TestTheSinksKeyValueBucketHoldsEachLiveObjectAndAViewFollowsItLiveAndFromIt
 			// starts from what the bucket holds afterwards.
 			live := kvView(t, kv)
 			write(t, s, scenario("snap-1"))
-			eventually(t, "the live view to hold the scenario's objects", func() bool {
+			testkit.Eventually(t, "the live view to hold the scenario's objects", func() bool {
 				return reflect.DeepEqual(viewHolds(t, live), scenarioHolds)
 			}, func() string { return fmtList(viewHolds(t, live)) })
 			checkViewAndInformer(t, live, scenarioHolds)
@@ -79,7 +80,7 @@ func TestTheSinksKeyValueBucketHoldsEachLiveObjectAndAViewFollowsItLiveAndFromIt
 				sinktest.Change(informer.OpUpdated, "team-b", "c", 12),
 			}})
 			want := []string{"c@12#uid-team-b-c", "e@7#uid-team-a-e", "f@11#uid-team-b-f"}
-			eventually(t, "the live view to follow the delete, the add and the update", func() bool {
+			testkit.Eventually(t, "the live view to follow the delete, the add and the update", func() bool {
 				return reflect.DeepEqual(viewHolds(t, live), want)
 			}, func() string { return fmtList(viewHolds(t, live)) })
 			checkViewAndInformer(t, kvView(t, kv), want)

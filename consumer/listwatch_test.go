@@ -6,7 +6,6 @@ import (
 	"sort"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,25 +15,8 @@ import (
 
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
-
-// eventually polls cond every 20ms until it holds, failing after 30s.
-func eventually(t testing.TB, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := "timed out waiting for " + what
-			for _, d := range detail {
-				msg += ": " + d()
-			}
-			t.Fatal(msg)
-		}
-		<-tick.C
-	}
-}
 
 // storeHolds lists an informer store as "name@rv", sorted.
 func storeHolds(s cache.Store) []string {
@@ -94,7 +76,7 @@ func TestAnInformerOnTheViewFollowsItAndListsAgainAfterAGap(t *testing.T) {
 	apply(obj(encoding.TypeDeleted, "b", "4"))
 	apply(obj(encoding.TypeAdded, "c", "5"))
 	want := []string{"a@3", "c@5"}
-	eventually(t, "the watch to bring the changes", func() bool { return reflect.DeepEqual(storeHolds(inf.GetStore()), want) },
+	testkit.Eventually(t, "the watch to bring the changes", func() bool { return reflect.DeepEqual(storeHolds(inf.GetStore()), want) },
 		func() string { return "store holds " + fmtList(storeHolds(inf.GetStore())) })
 	if n := lw.lists.Load(); n != 1 {
 		t.Fatalf("%d lists before any gap, want 1", n)
@@ -105,9 +87,9 @@ func TestAnInformerOnTheViewFollowsItAndListsAgainAfterAGap(t *testing.T) {
 	v.Gap("p0", 100)
 	offset = 100
 	apply(obj(encoding.TypeAdded, "d", "7"))
-	eventually(t, "a relist after the gap", func() bool { return lw.lists.Load() >= 2 })
+	testkit.Eventually(t, "a relist after the gap", func() bool { return lw.lists.Load() >= 2 })
 	want = []string{"a@3", "c@5", "d@7"}
-	eventually(t, "the store to hold the view after the relist", func() bool { return reflect.DeepEqual(storeHolds(inf.GetStore()), want) },
+	testkit.Eventually(t, "the store to hold the view after the relist", func() bool { return reflect.DeepEqual(storeHolds(inf.GetStore()), want) },
 		func() string { return fmtList(storeHolds(inf.GetStore())) })
 }
 

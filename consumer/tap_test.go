@@ -12,6 +12,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -62,7 +63,7 @@ func TestOnReadSeesEveryEventAndTombstoneOfAPartitionInTheOrderWritten(t *testin
 		"event " + key + " " + encoding.TypeDeleted,
 		"tombstone " + key,
 	}
-	eventually(t, "OnRead to see every record", func() bool { return len(r.list()) >= len(want) },
+	testkit.Eventually(t, "OnRead to see every record", func() bool { return len(r.list()) >= len(want) },
 		func() string { return fmt.Sprint(r.list()) })
 	if got := r.list(); !reflect.DeepEqual(got, want) {
 		t.Errorf("OnRead saw\n%v\nwant\n%v", got, want)
@@ -111,7 +112,7 @@ func TestASourceFromTheEndReadsOnlyWhatIsWrittenAfterItStarted(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.write([][]*informer.Change{{sinktest.Change(informer.OpAdded, "team-a", "later", 9)}})
-			eventually(t, "the later object", func() bool { return v.Len() > 0 })
+			testkit.Eventually(t, "the later object", func() bool { return v.Len() > 0 })
 			if got := viewHolds(t, v); !reflect.DeepEqual(got, []string{"later@9#uid-team-a-later"}) {
 				t.Errorf("the view holds %v, want only the object written after the source started", got)
 			}

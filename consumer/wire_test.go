@@ -15,6 +15,7 @@ import (
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
@@ -107,7 +108,7 @@ func checkViewAndInformer(t *testing.T, v *consumer.View, want []string) {
 	done := make(chan struct{})
 	go func() { inf.RunWithContext(ictx); close(done) }()
 	defer func() { icancel(); <-done }()
-	eventually(t, "the informer to sync", inf.HasSynced)
+	testkit.Eventually(t, "the informer to sync", inf.HasSynced)
 	got := identities(inf.GetStore().List(), func(o any) *unstructured.Unstructured { return o.(*unstructured.Unstructured) })
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("the informer's store holds %v, want %v", got, want)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // fakeAPIServer serves LIST and WATCH of core/v1 configmaps over real HTTP,
@@ -164,20 +165,8 @@ func runWatcher(t *testing.T, w *Watcher) (stop func() error) {
 		return err
 	}
 	t.Cleanup(func() { _ = stop() })
-	eventually(t, "the initial sync", w.HasSynced)
+	testkit.Eventually(t, "the initial sync", w.HasSynced)
 	return stop
-}
-
-// eventually polls cond until it holds, failing the test after a minute.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 1m waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // storedRV is the resourceVersion of ns/name in the informer's store.

@@ -1,7 +1,6 @@
 package informer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 func TestShutdownHandsEveryNotificationQueuedBehindASlowHandlerToTheOutput(t *testing.T) {
@@ -29,13 +30,13 @@ func TestShutdownHandsEveryNotificationQueuedBehindASlowHandlerToTheOutput(t *te
 				f.modify(t, "a", fmt.Sprint(rv))
 				want = append(want, fmt.Sprintf("updated@%d", rv))
 			}
-			eventually(t, "the store to hold rv 6", func() bool { return storedRV(w, "a") == "6" })
+			testkit.Eventually(t, "the store to hold rv 6", func() bool { return storedRV(w, "a") == "6" })
 
 			// Shut down with five notifications queued, and let the handler
 			// go on only once the watch to the server is closed.
 			stopped := make(chan error, 1)
 			go func() { stopped <- stop() }()
-			eventually(t, "the watch to close", func() bool { return f.watches.Load() == 0 })
+			testkit.Eventually(t, "the watch to close", func() bool { return f.watches.Load() == 0 })
 			g.open()
 			if err := <-stopped; err != nil {
 				t.Fatalf("Run returned %v", err)
@@ -54,29 +55,11 @@ func TestShutdownHandsEveryNotificationQueuedBehindASlowHandlerToTheOutput(t *te
 	}
 }
 
-// logBuffer is an io.Writer for a test logger, safe to read while written.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestAHandlerThatCannotCatchUpWithinTheDrainTimeIsReportedAsNotDrained(t *testing.T) {
 	f := newFakeAPIServer(t, "1", configMapJSON("a", "1"))
 	out := &syncOutput{}
 	w := fakeWatcher(t, f, "", out)
-	logs := &logBuffer{}
+	logs := &testkit.Buffer{}
 	w.log = slog.New(slog.NewTextHandler(logs, nil))
 	w.opt.DrainTimeout = 50 * time.Millisecond
 	var g gate
@@ -88,7 +71,7 @@ func TestAHandlerThatCannotCatchUpWithinTheDrainTimeIsReportedAsNotDrained(t *te
 	f.modify(t, "a", "3")
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	eventually(t, "the drain deadline to be logged", func() bool { return strings.Contains(logs.String(), "drain deadline") })
+	testkit.Eventually(t, "the drain deadline to be logged", func() bool { return strings.Contains(logs.String(), "drain deadline") })
 	g.open()
 	err := <-stopped
 	if !errors.Is(err, ErrNotDrained) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // resourceVersions lists the Op and resourceVersion of every change of key.
@@ -47,10 +48,10 @@ func TestASnapshotTakenWhileUpdatesAreQueuedBehindASlowHandlerNeverGoesBackwards
 			g.close()
 			f.modify(t, "a", "2")
 			f.modify(t, "a", "3")
-			eventually(t, "the store to hold rv 3", func() bool { return storedRV(w, "a") == "3" })
+			testkit.Eventually(t, "the store to hold rv 3", func() bool { return storedRV(w, "a") == "3" })
 			w.Snapshot()
 			g.open()
-			eventually(t, "the update to rv 3", func() bool {
+			testkit.Eventually(t, "the update to rv 3", func() bool {
 				ops, _ := resourceVersions(out.changes(), "configmaps/ns/a")
 				return len(ops) > 0 && ops[len(ops)-1] == "updated@3"
 			})

@@ -2,12 +2,9 @@ package sinks_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +17,8 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testkit/memsink"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -40,71 +39,11 @@ func marker(op informer.Op, id string, n int) *informer.Change {
 	return &informer.Change{Op: op, Resource: res, Key: res.KeyPrefix, SnapshotID: id, Count: n, Observed: time.Unix(1, 0)}
 }
 
-// recorder is an in-memory sink. It records only what it acknowledges, can
-// be told to fail, and can be gated shut to simulate a broker outage.
-type recorder struct {
-	mu       sync.Mutex
-	got      []*event.Event
-	failRate float64                 // transient failure probability per Write
-	refuse   func(*event.Event) bool // permanent refusal
-	gate     chan struct{}           // while non-nil and open, Writes fail
-	failIf   func(*event.Event) bool // a transient failure of a Write holding such an event
-	writes   int
-}
-
-func (r *recorder) Connect(context.Context) error { return nil }
-func (r *recorder) Close(context.Context) error   { return nil }
-
-var errDown = errors.New("broker down")
-
-func (r *recorder) Write(ctx context.Context, evs []*event.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.writes++
-	if r.gate != nil {
-		select {
-		case <-r.gate:
-		default:
-			return errDown
-		}
-	}
-	if r.failRate > 0 && rand.Float64() < r.failRate {
-		return errDown
-	}
-	if r.failIf != nil {
-		for _, ev := range evs {
-			if r.failIf(ev) {
-				return fmt.Errorf("topic of %s: %w", key(ev), errDown)
-			}
-		}
-	}
-	if r.refuse != nil {
-		for _, ev := range evs {
-			if r.refuse(ev) {
-				return sinks.Permanent(fmt.Errorf("too large: %s", ev.ID()))
-			}
-		}
-	}
-	r.got = append(r.got, evs...)
-	return nil
-}
-
-func (r *recorder) events() []*event.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*event.Event(nil), r.got...)
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+// brokerDown is an in-memory sink whose broker is down until SetDown(false).
+func brokerDown() *memsink.Sink {
+	s := &memsink.Sink{}
+	s.SetDown(true)
+	return s
 }
 
 func fastOptions() sinks.Options {
@@ -119,7 +58,8 @@ func rvOf(ev *event.Event) int {
 func key(ev *event.Event) string { return ev.Extensions()[encoding.ExtPartitionKey].(string) }
 
 func TestEachObjectsEventsArriveInOrderWhileTheSinkFailsAtRandom(t *testing.T) {
-	rec := &recorder{failRate: 0.3}
+	rec := &memsink.Sink{}
+	rec.FailRate(0.3)
 	d := sinks.NewDispatcher("order", rec, fastOptions())
 	d.Start()
 	const keys, perKey = 40, 50
@@ -132,7 +72,7 @@ func TestEachObjectsEventsArriveInOrderWhileTheSinkFailsAtRandom(t *testing.T) {
 		t.Fatalf("Close reported %d undelivered events, want 0", n)
 	}
 	last := map[string]int{}
-	for _, ev := range rec.events() {
+	for _, ev := range rec.Events() {
 		k, rv := key(ev), rvOf(ev)
 		if rv != last[k]+1 {
 			t.Fatalf("key %s: got resourceVersion %d after %d; want every change once, in order", k, rv, last[k])
@@ -150,7 +90,8 @@ func TestEachObjectsEventsArriveInOrderWhileTheSinkFailsAtRandom(t *testing.T) {
 }
 
 func TestSnapshotMarkersFrameTheirRecordsAcrossAllShards(t *testing.T) {
-	rec := &recorder{failRate: 0.2}
+	rec := &memsink.Sink{}
+	rec.FailRate(0.2)
 	d := sinks.NewDispatcher("snap", rec, fastOptions())
 	d.Start()
 	for i := range 20 {
@@ -169,7 +110,7 @@ func TestSnapshotMarkersFrameTheirRecordsAcrossAllShards(t *testing.T) {
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
-	evs := rec.events()
+	evs := rec.Events()
 	if len(evs) != 72 {
 		t.Fatalf("got %d events, want 72", len(evs))
 	}
@@ -198,7 +139,7 @@ func TestSnapshotMarkersFrameTheirRecordsAcrossAllShards(t *testing.T) {
 }
 
 func TestAFullBufferConflatesPerObjectAndNeverFoldsADelete(t *testing.T) {
-	rec := &recorder{gate: make(chan struct{})}
+	rec := brokerDown()
 	opt := fastOptions()
 	opt.BufferEvents = 10
 	d := sinks.NewDispatcher("conflate", rec, opt)
@@ -219,14 +160,14 @@ func TestAFullBufferConflatesPerObjectAndNeverFoldsADelete(t *testing.T) {
 	if q := d.Queued(); q > opt.BufferEvents+keys*2 {
 		t.Fatalf("queued %d events during the outage; want at most %d", q, opt.BufferEvents+keys*2)
 	}
-	close(rec.gate)
+	rec.SetDown(false)
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
 	last := map[string]*event.Event{}
 	var sawDelete bool
 	folded := 0
-	for _, ev := range rec.events() {
+	for _, ev := range rec.Events() {
 		k := key(ev)
 		if p := last[k]; p != nil && rvOf(ev) <= rvOf(p) {
 			t.Fatalf("key %s went from rv %d to %d", k, rvOf(p), rvOf(ev))
@@ -261,13 +202,13 @@ func TestAFullBufferConflatesPerObjectAndNeverFoldsADelete(t *testing.T) {
 }
 
 func TestClosingWithABrokerDownReportsWhatWasNotDelivered(t *testing.T) {
-	rec := &recorder{gate: make(chan struct{})}
+	rec := brokerDown()
 	d := sinks.NewDispatcher("down", rec, fastOptions())
 	d.Start()
 	for i := range 25 {
 		d.Enqueue(sinks.NewItem(change(informer.OpAdded, "cm"+strconv.Itoa(i), 1)))
 	}
-	waitFor(t, "a failed write", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return rec.writes > 0 })
+	testkit.Eventually(t, "a failed write", func() bool { return rec.Writes() > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if n := d.Close(ctx); n != 25 {
@@ -279,7 +220,8 @@ func TestClosingWithABrokerDownReportsWhatWasNotDelivered(t *testing.T) {
 }
 
 func TestAPermanentlyRefusedEventIsCountedAndDoesNotStallItsShard(t *testing.T) {
-	rec := &recorder{refuse: func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") }}
+	rec := &memsink.Sink{}
+	rec.RefuseIf(func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
 	d := sinks.NewDispatcher("refuse", rec, fastOptions())
 	d.Start()
 	before := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "refuse", "reason": "refused"})
@@ -289,7 +231,7 @@ func TestAPermanentlyRefusedEventIsCountedAndDoesNotStallItsShard(t *testing.T) 
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
-	if got := len(rec.events()); got != 2 {
+	if got := len(rec.Events()); got != 2 {
 		t.Fatalf("delivered %d events, want the 2 that were not refused", got)
 	}
 	if got := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "refuse", "reason": "refused"}) - before; got != 1 {
@@ -309,7 +251,7 @@ func rawChange(t *testing.T, name string, rv int) *informer.Change {
 }
 
 func TestTheByteLimitConflatesLikeTheEventLimitAndTheGaugeReturnsToZero(t *testing.T) {
-	rec := &recorder{gate: make(chan struct{})}
+	rec := brokerDown()
 	opt := fastOptions()
 	opt.BufferEvents = 100000 // only the byte limit can be reached
 	opt.BufferBytes = 8 << 10
@@ -330,7 +272,7 @@ func TestTheByteLimitConflatesLikeTheEventLimitAndTheGaugeReturnsToZero(t *testi
 	if metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "bytes"}) == 0 {
 		t.Error("the byte limit did not lead to conflation")
 	}
-	close(rec.gate)
+	rec.SetDown(false)
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
@@ -338,7 +280,7 @@ func TestTheByteLimitConflatesLikeTheEventLimitAndTheGaugeReturnsToZero(t *testi
 		t.Fatalf("%d bytes still counted as queued after the drain", b)
 	}
 	last := map[string]int{}
-	for _, ev := range rec.events() {
+	for _, ev := range rec.Events() {
 		last[key(ev)] = rvOf(ev)
 	}
 	for k := range keys {

@@ -16,11 +16,13 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testkit/memsink"
 	"github.com/kubewire/kubewire/internal/verify"
 	"github.com/kubewire/kubewire/sinks"
 )
 
-func spooled(t *testing.T, name string, rec *recorder, dir string, maxBytes int64) *sinks.Dispatcher {
+func spooled(t *testing.T, name string, rec *memsink.Sink, dir string, maxBytes int64) *sinks.Dispatcher {
 	t.Helper()
 	opt := fastOptions()
 	opt.BufferEvents = 10
@@ -65,7 +67,7 @@ func checkEveryChange(t *testing.T, evs []*event.Event, keys, from, to int) {
 }
 
 func TestWithASpoolAFullBufferKeepsEveryChangeInOrder(t *testing.T) {
-	rec := &recorder{gate: make(chan struct{})}
+	rec := brokerDown()
 	d := spooled(t, "spool-order", rec, t.TempDir(), 1<<30)
 	d.Start()
 	const keys, perKey = 5, 400
@@ -84,18 +86,18 @@ func TestWithASpoolAFullBufferKeepsEveryChangeInOrder(t *testing.T) {
 	if q := d.Queued(); q > 10+4*7 {
 		t.Fatalf("%d events queued in memory during the outage; want at most the buffer and one batch per shard", q)
 	}
-	waitFor(t, "the spool to hold the overflow", func() bool {
+	testkit.Eventually(t, "the spool to hold the overflow", func() bool {
 		return metrics.Sum("kubewire_spool_events", map[string]string{"sink": "spool-order"}) > 1500
 	})
 	if metrics.Sum("kubewire_spool_bytes", map[string]string{"sink": "spool-order"}) == 0 {
 		t.Error("kubewire_spool_bytes is 0 while events are spooled")
 	}
-	close(rec.gate)
-	waitFor(t, "every change", func() bool { return len(rec.events()) >= keys*perKey+2 })
+	rec.SetDown(false)
+	testkit.Eventually(t, "every change", func() bool { return len(rec.Events()) >= keys*perKey+2 })
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
-	evs := rec.events()
+	evs := rec.Events()
 	checkEveryChange(t, evs, keys, 1, perKey)
 	// The markers kept their place: each key's events before the started
 	// marker are older than the ones after the completed marker.
@@ -128,7 +130,7 @@ func TestWithASpoolAFullBufferKeepsEveryChangeInOrder(t *testing.T) {
 
 func TestASpoolLeftAtShutdownIsDeliveredBeforeNewEventsOnTheNextStart(t *testing.T) {
 	dir := t.TempDir()
-	down := &recorder{gate: make(chan struct{})}
+	down := brokerDown()
 	d1 := spooled(t, "spool-restart", down, dir, 1<<30)
 	d1.Start()
 	const keys = 4
@@ -144,11 +146,11 @@ func TestASpoolLeftAtShutdownIsDeliveredBeforeNewEventsOnTheNextStart(t *testing
 	if n := d1.Close(ctx); n != 0 {
 		t.Fatalf("Close reported %d events neither delivered nor spooled", n)
 	}
-	if got := len(down.events()); got != 0 {
+	if got := len(down.Events()); got != 0 {
 		t.Fatalf("the closed gate let %d events through", got)
 	}
 
-	up := &recorder{}
+	up := &memsink.Sink{}
 	d2 := spooled(t, "spool-restart", up, dir, 1<<30)
 	d2.Start()
 	for rv := 301; rv <= 310; rv++ {
@@ -156,15 +158,15 @@ func TestASpoolLeftAtShutdownIsDeliveredBeforeNewEventsOnTheNextStart(t *testing
 			d2.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
 		}
 	}
-	waitFor(t, "the spooled and the new changes", func() bool { return len(up.events()) >= keys*310 })
+	testkit.Eventually(t, "the spooled and the new changes", func() bool { return len(up.Events()) >= keys*310 })
 	if n := d2.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
-	checkEveryChange(t, up.events(), keys, 1, 310)
+	checkEveryChange(t, up.Events(), keys, 1, 310)
 }
 
 func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
-	rec := &recorder{gate: make(chan struct{})}
+	rec := brokerDown()
 	conflatedBefore := metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "spool-full"})
 	d := spooled(t, "spool-full", rec, t.TempDir(), 20_000)
 	d.Start()
@@ -177,7 +179,7 @@ func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
 		}
 	}
 	enqueue(1, perKey-100)
-	waitFor(t, "the spool to report full", func() bool {
+	testkit.Eventually(t, "the spool to report full", func() bool {
 		return metrics.Sum("kubewire_spool_full", map[string]string{"sink": "spool-full"}) == 1
 	})
 	// Changes that arrive once the spool is full are folded.
@@ -185,10 +187,10 @@ func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
 	if metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "spool-full"}) == conflatedBefore {
 		t.Fatal("the spool is full but nothing was conflated")
 	}
-	close(rec.gate)
-	waitFor(t, "the last changes", func() bool {
+	rec.SetDown(false)
+	testkit.Eventually(t, "the last changes", func() bool {
 		n := 0
-		for _, ev := range rec.events() {
+		for _, ev := range rec.Events() {
 			if rvOf(ev) == perKey {
 				n++
 			}
@@ -199,7 +201,7 @@ func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
 		t.Fatalf("undelivered: %d", n)
 	}
 	last := map[string]int{}
-	for _, ev := range rec.events() {
+	for _, ev := range rec.Events() {
 		if rvOf(ev) <= last[key(ev)] {
 			t.Fatalf("%s went from rv %d to %d", key(ev), last[key(ev)], rvOf(ev))
 		}
@@ -213,7 +215,8 @@ func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
 }
 
 func TestACompletedMarkerSaysHowManyOfItsRecordsWereDropped(t *testing.T) {
-	rec := &recorder{refuse: func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") }}
+	rec := &memsink.Sink{}
+	rec.RefuseIf(func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
 	d := sinks.NewDispatcher("incomplete", rec, fastOptions())
 	d.Start()
 	synced := func(name string) *sinks.Item {
@@ -232,7 +235,7 @@ func TestACompletedMarkerSaysHowManyOfItsRecordsWereDropped(t *testing.T) {
 		t.Fatalf("undelivered: %d", n)
 	}
 	var marks []string
-	for _, ev := range rec.events() {
+	for _, ev := range rec.Events() {
 		if ev.Type() == encoding.TypeSnapshotCompleted {
 			v, _ := ev.Extensions()[encoding.ExtIncomplete].(string)
 			marks = append(marks, ev.Extensions()[encoding.ExtSnapshotID].(string)+"="+v)
@@ -248,9 +251,10 @@ func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) 
 	other.KeyPrefix = "widgets.example.com"
 	blocked := atomic.Bool{}
 	blocked.Store(true)
-	rec := &recorder{failIf: func(ev *event.Event) bool {
+	rec := &memsink.Sink{}
+	rec.FailIf(func(ev *event.Event) bool {
 		return blocked.Load() && strings.HasPrefix(key(ev), other.KeyPrefix)
-	}}
+	})
 	opt := fastOptions()
 	opt.BufferEvents, opt.Lanes = 20, 2
 	d := sinks.NewDispatcher("isolate", rec, opt)
@@ -274,16 +278,16 @@ func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) 
 	}
 	// The healthy resource's changes and its snapshot all arrive while the
 	// other's writes keep failing.
-	waitFor(t, "every change of the healthy resource", func() bool {
+	testkit.Eventually(t, "every change of the healthy resource", func() bool {
 		n := 0
-		for _, ev := range rec.events() {
+		for _, ev := range rec.Events() {
 			if key(ev) == res.ObjectKey("ns", "cm0") || ev.Type() == encoding.TypeSnapshotCompleted {
 				n++
 			}
 		}
 		return n == perKey+1
 	})
-	waitFor(t, "kubewire_resource_blocked to name the failing resource", func() bool {
+	testkit.Eventually(t, "kubewire_resource_blocked to name the failing resource", func() bool {
 		return metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "isolate", "resource": other.KeyPrefix}) == 1
 	})
 	if got := metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "isolate", "resource": res.KeyPrefix}); got != 0 {
@@ -291,8 +295,8 @@ func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) 
 	}
 	// Its topic appears: every one of its changes follows, in order.
 	blocked.Store(false)
-	waitFor(t, "the waiting resource's changes", func() bool {
-		for _, ev := range rec.events() {
+	testkit.Eventually(t, "the waiting resource's changes", func() bool {
+		for _, ev := range rec.Events() {
 			if key(ev) == other.ObjectKey("ns", "w0") && rvOf(ev) == perKey {
 				return true
 			}
@@ -303,7 +307,7 @@ func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) 
 		t.Fatalf("undelivered: %d", n)
 	}
 	var rvs []int
-	for _, ev := range rec.events() {
+	for _, ev := range rec.Events() {
 		if key(ev) == other.ObjectKey("ns", "w0") {
 			rvs = append(rvs, rvOf(ev))
 		}
@@ -321,9 +325,10 @@ func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) 
 // A consumer that applies the documented rule to what reached the broker
 // must still hold the object whose snapshot record the broker refused.
 func TestARefusedSnapshotRecordDoesNotMakeTheConsumerDeleteTheLiveObject(t *testing.T) {
-	rec := &recorder{refuse: func(ev *event.Event) bool {
+	rec := &memsink.Sink{}
+	rec.RefuseIf(func(ev *event.Event) bool {
 		return key(ev) == res.ObjectKey("ns", "huge") && ev.Type() == encoding.TypeSynced
-	}}
+	})
 	d := sinks.NewDispatcher("refused-record", rec, fastOptions())
 	d.Start()
 	synced := func(id, name string) *sinks.Item {
@@ -342,7 +347,7 @@ func TestARefusedSnapshotRecordDoesNotMakeTheConsumerDeleteTheLiveObject(t *test
 		t.Fatalf("undelivered: %d", n)
 	}
 	v := verify.NewView()
-	for _, ev := range rec.events() {
+	for _, ev := range rec.Events() {
 		v.Apply(ev)
 	}
 	objs := v.Objects(res.KeyPrefix)
@@ -356,11 +361,10 @@ func TestARefusedSnapshotRecordDoesNotMakeTheConsumerDeleteTheLiveObject(t *test
 
 func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T) {
 	dir := t.TempDir()
-	rec := &recorder{
-		refuse: func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") },
-		// The marker cannot be written before shutdown.
-		failIf: func(ev *event.Event) bool { return ev.Type() == encoding.TypeSnapshotCompleted },
-	}
+	rec := &memsink.Sink{}
+	rec.RefuseIf(func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
+	// The marker cannot be written before shutdown.
+	rec.FailIf(func(ev *event.Event) bool { return ev.Type() == encoding.TypeSnapshotCompleted })
 	refusedBefore := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "incomplete-restart", "reason": "refused"})
 	d1 := spooled(t, "incomplete-restart", rec, dir, 1<<30)
 	d1.Start()
@@ -373,7 +377,7 @@ func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T
 	d1.Enqueue(synced("huge"))
 	d1.Enqueue(synced("small"))
 	d1.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 2)))
-	waitFor(t, "the refusal", func() bool {
+	testkit.Eventually(t, "the refusal", func() bool {
 		return metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "incomplete-restart", "reason": "refused"}) == refusedBefore+1
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -382,11 +386,11 @@ func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T
 		t.Fatalf("Close reported %d events neither delivered nor spooled", n)
 	}
 
-	up := &recorder{}
+	up := &memsink.Sink{}
 	d2 := spooled(t, "incomplete-restart", up, dir, 1<<30)
 	d2.Start()
-	waitFor(t, "the completed marker", func() bool {
-		for _, ev := range up.events() {
+	testkit.Eventually(t, "the completed marker", func() bool {
+		for _, ev := range up.Events() {
 			if ev.Type() == encoding.TypeSnapshotCompleted {
 				return true
 			}
@@ -396,7 +400,7 @@ func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T
 	if n := d2.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
-	for _, ev := range up.events() {
+	for _, ev := range up.Events() {
 		if ev.Type() == encoding.TypeSnapshotCompleted {
 			if v, _ := ev.Extensions()[encoding.ExtIncomplete].(string); v != "1" {
 				t.Fatalf("the completed marker delivered after the restart says incomplete=%q, want \"1\"", v)
@@ -407,13 +411,13 @@ func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T
 
 func TestShutdownWithTheBrokerDownSpoolsAtOnceInsteadOfWaitingOutTheDeadline(t *testing.T) {
 	dir := t.TempDir()
-	down := &recorder{gate: make(chan struct{})}
+	down := brokerDown()
 	d := spooled(t, "stall", down, dir, 1<<30)
 	d.Start()
 	for i := range 5 {
 		d.Enqueue(sinks.NewItem(change(informer.OpAdded, "cm"+strconv.Itoa(i), 1)))
 	}
-	waitFor(t, "a failed write", func() bool { down.mu.Lock(); defer down.mu.Unlock(); return down.writes > 0 })
+	testkit.Eventually(t, "a failed write", func() bool { return down.Writes() > 0 })
 	closed := make(chan int)
 	go func() { closed <- d.Close(context.Background()) }() // no deadline at all
 	select {
@@ -424,24 +428,15 @@ func TestShutdownWithTheBrokerDownSpoolsAtOnceInsteadOfWaitingOutTheDeadline(t *
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close waited for a broker that is down although the spool could keep the events")
 	}
-	up := &recorder{}
+	up := &memsink.Sink{}
 	d2 := spooled(t, "stall", up, dir, 1<<30)
 	d2.Start()
-	waitFor(t, "the spooled events", func() bool { return len(up.events()) == 5 })
+	testkit.Eventually(t, "the spooled events", func() bool { return len(up.Events()) == 5 })
 	d2.Close(context.Background())
 }
 
-// notifying is a recorder whose client reports its connection state, as
-// the NATS sink does.
-type notifying struct {
-	*recorder
-	up func(bool)
-}
-
-func (n *notifying) NotifyConnection(up func(bool)) { n.up = up }
-
 func TestASinkThatReportsItsConnectionLostSpoolsAtOnceAndResumesWhenItIsBack(t *testing.T) {
-	rec := &notifying{recorder: &recorder{}}
+	rec := &memsink.Sink{}
 	opt := fastOptions()
 	opt.BufferEvents = 1000
 	d := sinks.NewDispatcher("link", rec, opt)
@@ -450,26 +445,26 @@ func TestASinkThatReportsItsConnectionLostSpoolsAtOnceAndResumesWhenItIsBack(t *
 	}
 	d.Start()
 	d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm0", 1)))
-	waitFor(t, "the first event", func() bool { return len(rec.events()) == 1 })
+	testkit.Eventually(t, "the first event", func() bool { return len(rec.Events()) == 1 })
 	writtenBefore := metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "link"})
-	rec.up(false)
+	rec.SetConnected(false)
 	for rv := 2; rv <= 50; rv++ {
 		d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm0", rv)))
 	}
 	// Nothing waits in memory, where a crash would lose it: with room for
 	// 1,000 events, all 49 went to disk.
-	waitFor(t, "the events to reach the spool", func() bool {
+	testkit.Eventually(t, "the events to reach the spool", func() bool {
 		return metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "link"})-writtenBefore == 49
 	})
 	if q := d.Queued(); q != 0 {
 		t.Fatalf("%d events held in memory while the sink reports its connection lost", q)
 	}
-	rec.up(true)
-	waitFor(t, "every event once the connection is back", func() bool { return len(rec.events()) == 50 })
+	rec.SetConnected(true)
+	testkit.Eventually(t, "every event once the connection is back", func() bool { return len(rec.Events()) == 50 })
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
-	for i, ev := range rec.events() {
+	for i, ev := range rec.Events() {
 		if rvOf(ev) != i+1 {
 			t.Fatalf("event %d has rv %d", i, rvOf(ev))
 		}

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testkit/memsink"
 	"github.com/kubewire/kubewire/sinks"
 )
 
 // unreachable is a sink whose broker never answers.
-type unreachable struct{ recorder }
+type unreachable struct{ memsink.Sink }
 
 func (u *unreachable) Connect(context.Context) error {
 	return errors.New("dial tcp: connection refused")
@@ -31,7 +32,7 @@ func TestCloseReturnsAtOnceWhenNothingIsQueuedEvenIfTheBrokerIsDown(t *testing.T
 		t.Run(tc.name, func(t *testing.T) {
 			var d *sinks.Dispatcher
 			if tc.spool {
-				d = spooled(t, "down", &recorder{gate: make(chan struct{})}, t.TempDir(), 1<<30)
+				d = spooled(t, "down", brokerDown(), t.TempDir(), 1<<30)
 			} else {
 				d = sinks.NewDispatcher("down", &unreachable{}, fastOptions())
 			}
@@ -51,14 +52,14 @@ func TestCloseReturnsAtOnceWhenNothingIsQueuedEvenIfTheBrokerIsDown(t *testing.T
 }
 
 func TestACleanCloseLogsNothingAtError(t *testing.T) {
-	var buf apptest.Buffer
+	var buf testkit.Buffer
 	opt := fastOptions()
 	opt.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	rec := &recorder{}
+	rec := &memsink.Sink{}
 	d := sinks.NewDispatcher("clean", rec, opt)
 	d.Start()
 	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "cm", 1)))
-	waitFor(t, "the event", func() bool { return len(rec.events()) == 1 })
+	testkit.Eventually(t, "the event", func() bool { return len(rec.Events()) == 1 })
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
@@ -81,7 +81,7 @@ func TestTheAutomationsInformerHandlerReactsToConfigMapChangesFromJetStream(t *t
 	// Before the automation starts: one ConfigMap it lists, not an add.
 	send(configMap(informer.OpAdded, "existing", 1, map[string]any{"x": "1"}))
 
-	var out apptest.Buffer
+	var out testkit.Buffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 		if a.Key == slog.TimeKey {
 			return slog.Attr{}
@@ -102,7 +102,7 @@ func TestTheAutomationsInformerHandlerReactsToConfigMapChangesFromJetStream(t *t
 		configMap(informer.OpUpdated, "web", 3, map[string]any{"a": "2", "b": "3"}),
 		configMap(informer.OpDeleted, "web", 4, map[string]any{"a": "2", "b": "3"}),
 	)
-	apptest.Eventually(t, "the delete to be logged", func() bool { return strings.Contains(out.String(), "configmap deleted") })
+	testkit.Eventually(t, "the delete to be logged", func() bool { return strings.Contains(out.String(), "configmap deleted") })
 	stop()
 	if err := <-done; err != nil && err != context.Canceled {
 		t.Errorf("run: %v", err)

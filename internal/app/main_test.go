@@ -20,6 +20,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // One real etcd + kube-apiserver serves every test of the package; each test
@@ -123,7 +124,7 @@ func installCRD(t *testing.T, group string) schema.GroupVersionResource {
 // its creation).
 func waitServed(t *testing.T, gvr schema.GroupVersionResource) {
 	t.Helper()
-	apptest.Eventually(t, gvr.String()+" to be served", func() bool {
+	testkit.Eventually(t, gvr.String()+" to be served", func() bool {
 		_, err := dyn.Resource(gvr).List(context.Background(), metav1.ListOptions{})
 		return err == nil
 	})

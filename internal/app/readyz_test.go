@@ -15,9 +15,9 @@ import (
 
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -80,7 +80,7 @@ resources:
 		Sinks: []app.SinkReadiness{{Sink: "down", State: sinks.HealthConnecting}},
 	}
 	var body string
-	apptest.Eventually(t, "/readyz to name each reason", func() bool {
+	testkit.Eventually(t, "/readyz to name each reason", func() bool {
 		var code int
 		var got app.Readiness
 		code, got, body = readyz(t, srv.URL)
@@ -100,7 +100,7 @@ func TestAnOptionalResourceThatIsNotServedDoesNotHoldReadinessAndStreamsOnceServ
 	srv := httptest.NewServer(app.ReadyzHandler(k.App.Readiness))
 	defer srv.Close()
 
-	apptest.Eventually(t, "/readyz to answer 200 while the optional CRD is missing", func() bool {
+	testkit.Eventually(t, "/readyz to answer 200 while the optional CRD is missing", func() bool {
 		code, _ := get(t, srv.URL)
 		return code == http.StatusOK
 	})
@@ -113,7 +113,7 @@ func TestAnOptionalResourceThatIsNotServedDoesNotHoldReadinessAndStreamsOnceServ
 	}
 
 	gvr := installCRD(t, group)
-	apptest.Eventually(t, "the optional resource to sync once served", func() bool {
+	testkit.Eventually(t, "the optional resource to sync once served", func() bool {
 		r := k.App.Readiness()
 		return r.Ready && len(r.OptionalNotServed) == 0
 	})

@@ -3,12 +3,10 @@
 package apptest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,32 +16,15 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
-
-// Buffer is a goroutine-safe bytes.Buffer.
-type Buffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *Buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // Kubewire is one in-process run of the app with its stdout sink and logs
 // captured.
 type Kubewire struct {
 	App  *app.App
-	Out  Buffer
-	Logs Buffer
+	Out  testkit.Buffer
+	Logs testkit.Buffer
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -124,7 +105,7 @@ func Parse(t *testing.T, out string) []event.Event {
 func (k *Kubewire) WaitFor(t *testing.T, what string, cond func([]event.Event) bool) []event.Event {
 	t.Helper()
 	var evs []event.Event
-	Eventually(t, what, func() bool {
+	testkit.Eventually(t, what, func() bool {
 		evs = k.Events(t)
 		return cond(evs)
 	})
@@ -135,7 +116,7 @@ func (k *Kubewire) WaitFor(t *testing.T, what string, cond func([]event.Event) b
 func (k *Kubewire) WaitLog(t *testing.T, parts ...string) string {
 	t.Helper()
 	var found string
-	Eventually(t, "a log line with "+strings.Join(parts, ", "), func() bool {
+	testkit.Eventually(t, "a log line with "+strings.Join(parts, ", "), func() bool {
 		for _, line := range strings.Split(k.Logs.String(), "\n") {
 			ok := true
 			for _, p := range parts {
@@ -149,18 +130,6 @@ func (k *Kubewire) WaitLog(t *testing.T, parts ...string) string {
 		return false
 	})
 	return found
-}
-
-// Eventually polls cond every 20ms until it holds, failing after a minute.
-func Eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 1m waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // Ext returns a string extension of ev.

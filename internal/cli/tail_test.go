@@ -17,9 +17,9 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
@@ -265,12 +265,12 @@ func TestTailByDefaultPrintsOnlyEventsWrittenAfterItStartedAndFollows(t *testing
 	for _, sink := range []string{"events", "js"} {
 		t.Run(sink, func(t *testing.T) {
 			env.send(t, sink, history()...)
-			var out, errOut apptest.Buffer
+			var out, errOut testkit.Buffer
 			done := make(chan int, 1)
 			go func() {
 				done <- cli.Main([]string{"tail", "--config", env.path, "--sink", sink, "--count", "2", "--type", "added"}, &out, &errOut)
 			}()
-			apptest.Eventually(t, "tail to say it follows", func() bool { return strings.Contains(errOut.String(), "following") })
+			testkit.Eventually(t, "tail to say it follows", func() bool { return strings.Contains(errOut.String(), "following") })
 			c := sinktest.Change
 			env.send(t, sink, c(informer.OpAdded, "team-c", "new-1", 10), c(informer.OpUpdated, "team-c", "new-1", 11), c(informer.OpAdded, "team-c", "new-2", 12))
 			select {

@@ -7,28 +7,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kubewire/kubewire/internal/testkit"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // children lists the PIDs whose parent is pid.
 func children(pid int) []int {
@@ -70,7 +54,7 @@ func TestTheDemoStreamsChurnAndCtrlCLeavesNoProcessBehind(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build demo: %v\n%s", err, out)
 	}
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testkit.Buffer
 	cmd := exec.Command(bin)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/natstest"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // realBrokers routes ns's ConfigMaps to real Apache Kafka, a nats-server
@@ -57,7 +58,7 @@ func TestE2EBrokersKilledForThirtySecondsOverflowIntoConflationAndStillConverge(
 	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
 	stop := make(chan struct{})
 	wg := churn(ns, stop)
-	apptest.Eventually(t, "events on every sink", func() bool { return k.App.Ready() && len(k.Events(t)) > 40 })
+	testkit.Eventually(t, "events on every sink", func() bool { return k.App.Ready() && len(k.Events(t)) > 40 })
 
 	conflatedBefore := metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "kafka"})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -79,7 +80,7 @@ func TestE2EBrokersKilledForThirtySecondsOverflowIntoConflationAndStillConverge(
 	}
 	kb.Kill()
 	nsrv.Kill()
-	apptest.Eventually(t, "/readyz to answer 503 while the brokers are down", func() bool { return readyz() == http.StatusServiceUnavailable })
+	testkit.Eventually(t, "/readyz to answer 503 while the brokers are down", func() bool { return readyz() == http.StatusServiceUnavailable })
 
 	// The outage lasts 30 s of churn. Memory is sampled after 10 s and at
 	// the end: the buffer is bounded, so the heap must not keep growing.
@@ -114,7 +115,7 @@ wait:
 
 	kb.Restart(t)
 	nsrv.Begin()
-	apptest.Eventually(t, "/readyz to answer 200 after the brokers return", func() bool { return readyz() == http.StatusOK })
+	testkit.Eventually(t, "/readyz to answer 200 after the brokers return", func() bool { return readyz() == http.StatusOK })
 	close(stop)
 	wg.Wait()
 	// Both must converge with no order violation. On Kafka this rests on the
@@ -143,7 +144,7 @@ func TestE2EGracefulShutdownUnderLoadDeliversEverythingItObserved(t *testing.T) 
 	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
 	stop := make(chan struct{})
 	wg := churn(ns, stop)
-	apptest.Eventually(t, "load", func() bool { return len(k.Events(t)) > 200 })
+	testkit.Eventually(t, "load", func() bool { return len(k.Events(t)) > 200 })
 	k.Shutdown(t) // what SIGTERM does: stop the informers, drain
 	close(stop)
 	wg.Wait()

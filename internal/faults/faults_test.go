@@ -26,6 +26,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/internal/verify"
 )
 
@@ -296,12 +297,12 @@ func TestTheConsumerConvergesAcrossAnAPIServerRestartMidStream(t *testing.T) {
 	k.WaitFor(t, "the initial snapshot", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
 	stop := make(chan struct{})
 	wg := churn(ns, stop)
-	apptest.Eventually(t, "some live events", func() bool { return len(k.Events(t)) > 30 })
+	testkit.Eventually(t, "some live events", func() bool { return len(k.Events(t)) > 30 })
 	if err := cluster.RestartAPIServer(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	n := len(k.Events(t))
-	apptest.Eventually(t, "live events after the restart", func() bool { return len(k.Events(t)) > n+30 })
+	testkit.Eventually(t, "live events after the restart", func() bool { return len(k.Events(t)) > n+30 })
 	close(stop)
 	wg.Wait()
 	v := converge(t, ns, func() []event.Event { return k.Events(t) })
@@ -381,10 +382,10 @@ func TestKubewireKilledWithSIGKILLConvergesAfterARestartIncludingDeletesMadeWhil
 	}
 	run := func(out string) (*exec.Cmd, func() []event.Event) { return k.start(t, out) }
 	first, stream1 := run("first.jsonl")
-	apptest.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
+	testkit.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
 	stop := make(chan struct{})
 	wg := churn(ns, stop)
-	apptest.Eventually(t, "live events", func() bool { return len(stream1()) > 40 })
+	testkit.Eventually(t, "live events", func() bool { return len(stream1()) > 40 })
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +505,7 @@ func (p *procs) start(t *testing.T, out string, flags ...string) (*exec.Cmd, fun
 	args := append([]string{"run", "--config", p.config, "--kubeconfig", p.kubeconfig, "--http-address", ""}, flags...)
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout = f
-	var stderr apptest.Buffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks/kafka"
 )
 
@@ -27,7 +28,7 @@ func TestTenEventsAboutOnePodLandInOnePartitionInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
-	apptest.Eventually(t, "the initial snapshot on every sink", k.App.Ready)
+	testkit.Eventually(t, "the initial snapshot on every sink", k.App.Ready)
 
 	// Events about the Pod interleaved with Events about other objects.
 	for i := range 10 {

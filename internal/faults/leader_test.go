@@ -10,6 +10,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 func electionFlags(ns, lease, renew string) []string {
@@ -30,7 +31,7 @@ func twoReplicas(t *testing.T, ns, lease, renew string) (leader, standby replica
 	p := newProcs(t, ns)
 	a, sa := p.start(t, "a.jsonl", electionFlags(ns, lease, renew)...)
 	b, sb := p.start(t, "b.jsonl", electionFlags(ns, lease, renew)...)
-	apptest.Eventually(t, "one replica to publish a snapshot", func() bool {
+	testkit.Eventually(t, "one replica to publish a snapshot", func() bool {
 		return apptest.CountCompleted(sa(), "configmaps")+apptest.CountCompleted(sb(), "configmaps") > 0
 	})
 	leader, standby = replica{a, sa}, replica{b, sb}
@@ -47,7 +48,7 @@ func TestWhenTheLeaderIsKilledTheStandbyTakesOverWithASnapshotAndTheConsumerConv
 
 	stop := make(chan struct{})
 	wg := churn(ns, stop)
-	apptest.Eventually(t, "the leader to publish live changes", func() bool { return len(leader.stream()) > 30 })
+	testkit.Eventually(t, "the leader to publish live changes", func() bool { return len(leader.stream()) > 30 })
 	if n := len(standby.stream()); n != 0 {
 		t.Fatalf("the standby published %d events while the leader was alive", n)
 	}
@@ -56,7 +57,7 @@ func TestWhenTheLeaderIsKilledTheStandbyTakesOverWithASnapshotAndTheConsumerConv
 	}
 	_ = leader.cmd.Wait()
 	killed := time.Now()
-	apptest.Eventually(t, "the standby's snapshot", func() bool { return apptest.CountCompleted(standby.stream(), "configmaps") > 0 })
+	testkit.Eventually(t, "the standby's snapshot", func() bool { return apptest.CountCompleted(standby.stream(), "configmaps") > 0 })
 	took := time.Since(killed)
 	t.Logf("standby completed its snapshot %s after the leader was killed (lease %s)", took.Round(time.Millisecond), lease)
 	if took > lease+10*time.Second {
@@ -65,7 +66,7 @@ func TestWhenTheLeaderIsKilledTheStandbyTakesOverWithASnapshotAndTheConsumerConv
 	if first := standby.stream()[0]; first.Type() != encoding.TypeSnapshotStarted {
 		t.Errorf("the new leader began with %s, want a snapshot", first.Type())
 	}
-	apptest.Eventually(t, "live changes from the new leader", func() bool { return len(standby.stream()) > 60 })
+	testkit.Eventually(t, "live changes from the new leader", func() bool { return len(standby.stream()) > 60 })
 	close(stop)
 	wg.Wait()
 	// The old leader's stream followed by the new one's: versions must never
@@ -87,7 +88,7 @@ func TestALeaderStoppedWithSIGTERMReleasesTheLeaseSoTheStandbyTakesOverAtOnce(t 
 		t.Fatalf("the leader exited with %v after SIGTERM, want 0", err)
 	}
 	stopped := time.Now()
-	apptest.Eventually(t, "the standby's snapshot", func() bool { return apptest.CountCompleted(standby.stream(), "configmaps") > 0 })
+	testkit.Eventually(t, "the standby's snapshot", func() bool { return apptest.CountCompleted(standby.stream(), "configmaps") > 0 })
 	if took := time.Since(stopped); took > lease/2 {
 		t.Fatalf("takeover took %s after a graceful stop; the lease (%s) was not released", took, lease)
 	} else {

@@ -15,6 +15,7 @@ import (
 	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/nats"
 )
@@ -55,7 +56,7 @@ func TestSecretValuesReachNoBrokerInAnyEncoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
-	apptest.Eventually(t, "the initial snapshot on every sink", k.App.Ready)
+	testkit.Eventually(t, "the initial snapshot on every sink", k.App.Ready)
 
 	first, second := "kafka-secret-1-d41d", "kafka-secret-2-8f00"
 	b64 := base64.StdEncoding.EncodeToString
@@ -78,7 +79,7 @@ func TestSecretValuesReachNoBrokerInAnyEncoding(t *testing.T) {
 	}
 	for _, sink := range []string{"kafka", "js"} {
 		var evs []*event.Event
-		apptest.Eventually(t, sink+" to hold the add, update and delete", func() bool {
+		testkit.Eventually(t, sink+" to hold the add, update and delete", func() bool {
 			evs = nil
 			read(t, cfg, sink, "secrets", func(ev *event.Event) { evs = append(evs, ev) })
 			for _, ev := range evs {

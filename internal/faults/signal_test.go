@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // A sink that can never connect, without a spool to keep its events, keeps
@@ -35,13 +35,13 @@ sinks:
 		t.Fatal(err)
 	}
 	cmd, _ := p.start(t, "out.jsonl")
-	stderr := cmd.Stderr.(*apptest.Buffer)
-	apptest.Eventually(t, "the informer to sync", func() bool { return strings.Contains(stderr.String(), "informer synced") })
+	stderr := cmd.Stderr.(*testkit.Buffer)
+	testkit.Eventually(t, "the informer to sync", func() bool { return strings.Contains(stderr.String(), "informer synced") })
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	apptest.Eventually(t, "the drain to begin", func() bool { return strings.Contains(stderr.String(), "shutting down; draining") })
+	testkit.Eventually(t, "the drain to begin", func() bool { return strings.Contains(stderr.String(), "shutting down; draining") })
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	select {

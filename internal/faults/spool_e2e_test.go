@@ -19,6 +19,7 @@ import (
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/natstest"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // The long outage: a small memory buffer, snapshots every 10 s, about 100
@@ -99,7 +100,7 @@ func TestE2EBrokersDownForFiveSnapshotIntervalsLoseNoChangeWithTheSpool(t *testi
 	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
 	stop := make(chan struct{})
 	wg := churnEvery(ns, stop, churnTick)
-	apptest.Eventually(t, "events on every sink", func() bool {
+	testkit.Eventually(t, "events on every sink", func() bool {
 		return k.App.Ready() &&
 			metrics.Sum("kubewire_events_published_total", map[string]string{"sink": "kafka"}) > 40 &&
 			metrics.Sum("kubewire_events_published_total", map[string]string{"sink": "js"}) > 40
@@ -145,7 +146,7 @@ func TestE2EBrokersDownForFiveSnapshotIntervalsLoseNoChangeWithTheSpool(t *testi
 			t.Fatalf("%s: order violations %v", sink, rep.OrderViolations)
 		}
 		var evs []event.Event
-		apptest.Eventually(t, sink+" to hold every version written", func() bool {
+		testkit.Eventually(t, sink+" to hold every version written", func() bool {
 			evs = readAll(t, cfg, sink)
 			return len(wg.missing(evs)) == 0
 		})
@@ -176,10 +177,10 @@ func TestE2EKubewireKilledDuringAnOutageReplaysItsSpoolAfterARestart(t *testing.
 		t.Fatal(err)
 	}
 	first, stream1 := p.start(t, "first.jsonl")
-	apptest.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
+	testkit.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
 	stop := make(chan struct{})
 	wg := churnEvery(ns, stop, churnTick)
-	apptest.Eventually(t, "live events", func() bool { return len(stream1()) > 40 })
+	testkit.Eventually(t, "live events", func() bool { return len(stream1()) > 40 })
 
 	kb.Kill()
 	nsrv.Kill()
@@ -189,8 +190,8 @@ func TestE2EKubewireKilledDuringAnOutageReplaysItsSpoolAfterARestart(t *testing.
 	wg.Wait()
 	// stdout stays healthy: once it has every version, kubewire has
 	// observed the whole churn, and what the brokers lack is queued.
-	apptest.Eventually(t, "kubewire to observe every change", func() bool { return len(wg.missing(stream1())) == 0 })
-	apptest.Eventually(t, "the overflow to reach the spool", func() bool { return dirBytes(spoolDir) > 0 })
+	testkit.Eventually(t, "kubewire to observe every change", func() bool { return len(wg.missing(stream1())) == 0 })
+	testkit.Eventually(t, "the overflow to reach the spool", func() bool { return dirBytes(spoolDir) > 0 })
 	spooledBytes := dirBytes(spoolDir)
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

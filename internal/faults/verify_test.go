@@ -21,6 +21,7 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/internal/verify"
 )
 
@@ -112,7 +113,7 @@ func TestVerifyFindsKafkaAndJetStreamConvergedAfterChurnAndReportsDivergenceOthe
 	k := apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
 	stop := make(chan struct{})
 	wg := churn(ns, stop)
-	apptest.Eventually(t, "some churn", func() bool {
+	testkit.Eventually(t, "some churn", func() bool {
 		l, err := kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
 		return err == nil && len(l.Items) >= 15
 	})
@@ -196,7 +197,7 @@ func TestVerifyJudgesSuppressedUpdatesByContentNotResourceVersion(t *testing.T) 
 			t.Fatal(err)
 		}
 	}
-	apptest.Eventually(t, "the heartbeats to be suppressed", func() bool {
+	testkit.Eventually(t, "the heartbeats to be suppressed", func() bool {
 		return testutil.ToFloat64(metrics.UpdatesSuppressed.WithLabelValues("configmaps", "ignored_paths")) >= 3
 	})
 	for _, sink := range []string{"kafka", "js"} {

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // Version is the Apache Kafka release the tests run against.
@@ -154,7 +155,7 @@ func StartWith(t testing.TB, o Options) *Broker {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	port, cport := freePort(t), freePort(t)
+	port, cport := testkit.FreePort(t), testkit.FreePort(t)
 	b := &Broker{
 		Addr:  "127.0.0.1:" + strconv.Itoa(port),
 		Libs:  libs,
@@ -326,14 +327,4 @@ func (b *Broker) Java(ctx context.Context, source string, args ...string) (strin
 		return "", fmt.Errorf("java %s: %w\n%s", f, err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // Options say how StartWith sets a broker up.
@@ -77,7 +79,7 @@ func (b *Broker) secure(o Options) (map[string]string, []string, error) {
 	props["ssl.keystore.key"] = string(keyPEM)
 	props["ssl.keystore.certificate.chain"] = string(chainPEM)
 	if o.TLS {
-		l := listener{name: tlsListener, protocol: "SSL", addr: "127.0.0.1:" + strconv.Itoa(freePort(b.t))}
+		l := listener{name: tlsListener, protocol: "SSL", addr: "127.0.0.1:" + strconv.Itoa(testkit.FreePort(b.t))}
 		b.extra = append(b.extra, l)
 		b.SSLAddr = l.addr
 		if o.ClientAuth {
@@ -89,7 +91,7 @@ func (b *Broker) secure(o Options) (map[string]string, []string, error) {
 	}
 	var format []string
 	if o.SASL {
-		l := listener{name: saslListener, protocol: "SASL_SSL", addr: "127.0.0.1:" + strconv.Itoa(freePort(b.t))}
+		l := listener{name: saslListener, protocol: "SASL_SSL", addr: "127.0.0.1:" + strconv.Itoa(testkit.FreePort(b.t))}
 		b.extra = append(b.extra, l)
 		b.SASLSSLAddr = l.addr
 		names := make([]string, 0, len(o.Users))

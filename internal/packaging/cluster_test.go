@@ -29,6 +29,7 @@ import (
 	"github.com/kubewire/kubewire/internal/leader"
 	"github.com/kubewire/kubewire/internal/packaging"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // warnings collects the API server's warnings (Pod Security among them).
@@ -136,7 +137,7 @@ func installMonitoringCRD(t *testing.T, a *applier, kind string, schema *apiexte
 	}
 	// The CRD is served a moment after it is created; discovery must then be
 	// read again.
-	apptest.Eventually(t, kind+"s to be served", func() bool {
+	testkit.Eventually(t, kind+"s to be served", func() bool {
 		a.mapper.Reset()
 		_, err := a.mapper.RESTMapping(runtimeschema.GroupKind{Group: "monitoring.coreos.com", Kind: kind}, "v1")
 		return err == nil
@@ -323,7 +324,7 @@ config:
 			// waited for; once every grant is seen, a denial is final.
 			for _, ns := range []string{a, b} {
 				for _, verb := range []string{"get", "list", "watch"} {
-					apptest.Eventually(t, fmt.Sprintf("%s %s in %s to be allowed", verb, tc.resource, ns), func() bool {
+					testkit.Eventually(t, fmt.Sprintf("%s %s in %s to be allowed", verb, tc.resource, ns), func() bool {
 						return allowed(t, sa, verb, "", tc.resource, ns)
 					})
 				}
@@ -522,7 +523,7 @@ config:
 	}
 	// A renewal is an update of the Lease: seeing renewTime move while the
 	// holder stays proves the Role allows it.
-	apptest.Eventually(t, "the leader to renew its lease", func() bool {
+	testkit.Eventually(t, "the leader to renew its lease", func() bool {
 		h, renewed := lease()
 		if h != "replica-1" {
 			t.Fatalf("lease holder became %q while replica-1 was leading (renewal refused?)", h)

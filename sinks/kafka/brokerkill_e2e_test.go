@@ -14,6 +14,7 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
@@ -77,11 +78,11 @@ func TestE2EABrokerKilledWhileWritingLeavesNoDuplicateEventAndEveryKeyInOrder(t 
 	}
 	for kill := 1; kill <= 3; kill++ {
 		mark := acked()
-		poll(t, time.Minute, "records to flow before kill "+strconv.Itoa(kill), func() bool { return acked() > mark+500 })
+		testkit.Within(t, time.Minute, "records to flow before kill "+strconv.Itoa(kill), func() bool { return acked() > mark+500 })
 		b.Restart(t) // SIGKILL, then start again on the same data
 	}
 	mark := acked()
-	poll(t, time.Minute, "records to flow after the last restart", func() bool { return acked() > mark+500 })
+	testkit.Within(t, time.Minute, "records to flow after the last restart", func() bool { return acked() > mark+500 })
 	close(stop)
 	<-churned
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -21,6 +21,7 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
@@ -121,7 +122,7 @@ func TestE2EACompactedTopicWithTombstonesHoldsExactlyTheLiveObjects(t *testing.T
 	roll := 0
 	rollKey := "widgets.demo.kubewire.io/team-a/roll"
 	var why string
-	poll(t, 90*time.Second, "the cleaner to compact the topic", func() bool {
+	testkit.Within(t, 90*time.Second, "the cleaner to compact the topic", func() bool {
 		roll++
 		rc := sinktest.Change(informer.OpUpdated, "team-a", "roll", 1000+roll)
 		rc.Observed = time.Now()

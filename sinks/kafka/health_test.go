@@ -17,6 +17,7 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -103,15 +104,15 @@ func TestAnIdleSinkReportsItsConnectionDownWhenTheBrokerGoesAwayAndUpWhenItRetur
 			rec := &linkRecorder{}
 			s.(sinks.ConnectionNotifier).NotifyConnection(rec.up)
 			connect(t, s)
-			poll(t, 5*time.Second, "the connection to be reported up after Connect", rec.is(true), rec.String)
+			testkit.Within(t, 5*time.Second, "the connection to be reported up after Connect", rec.is(true), rec.String)
 			if tc.writeFirst {
 				write(t, s, sinktest.Change(informer.OpAdded, "team-a", "cm-1", 1))
 			}
 
 			f.stop()
-			poll(t, 10*time.Second, "the idle sink to report its connection down", rec.is(false), rec.String)
+			testkit.Within(t, 10*time.Second, "the idle sink to report its connection down", rec.is(false), rec.String)
 			f.startAgain(t)
-			poll(t, 10*time.Second, "the idle sink to report its connection up again", rec.is(true), rec.String)
+			testkit.Within(t, 10*time.Second, "the idle sink to report its connection up again", rec.is(true), rec.String)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -221,22 +222,22 @@ func idleHealthFollowsTheBroker(t *testing.T, addr string, down, up func(), with
 	})
 	gauge := func() float64 { return testutil.ToFloat64(metrics.SinkHealthy.WithLabelValues(name)) }
 	state := func() string { return fmt.Sprintf("health %s, kubewire_sink_healthy %v", d.Health(), gauge()) }
-	poll(t, within, "the sink to be healthy once connected", func() bool {
+	testkit.Within(t, within, "the sink to be healthy once connected", func() bool {
 		return d.Health() == sinks.HealthOK && gauge() == 1
 	}, state)
 	// One change, so that the sink has a topic, then nothing.
 	d.Enqueue(sinks.NewItem(sinktest.Change(informer.OpAdded, "team-a", "cm-1", 1)))
-	poll(t, within, "the change to be delivered", func() bool { return d.Queued() == 0 }, state)
+	testkit.Within(t, within, "the change to be delivered", func() bool { return d.Queued() == 0 }, state)
 
 	down()
 	start := time.Now()
-	poll(t, within, "the idle sink to be disconnected", func() bool {
+	testkit.Within(t, within, "the idle sink to be disconnected", func() bool {
 		return d.Health() == sinks.HealthDisconnected && gauge() == 0
 	}, state)
 	t.Logf("disconnected %v after the broker went down", time.Since(start).Round(time.Millisecond))
 	up()
 	start = time.Now()
-	poll(t, within, "the idle sink to be healthy again", func() bool {
+	testkit.Within(t, within, "the idle sink to be healthy again", func() bool {
 		return d.Health() == sinks.HealthOK && gauge() == 1
 	}, state)
 	t.Logf("healthy %v after the broker was started again", time.Since(start).Round(time.Millisecond))

@@ -18,6 +18,7 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -34,7 +35,7 @@ type fakeKafka struct {
 
 func startFake(t testing.TB) *fakeKafka {
 	t.Helper()
-	f := &fakeKafka{port: freePort(t), dir: t.TempDir()}
+	f := &fakeKafka{port: testkit.FreePort(t), dir: t.TempDir()}
 	f.start(t)
 	t.Cleanup(func() {
 		f.mu.Lock()

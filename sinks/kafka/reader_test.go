@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -195,34 +194,5 @@ func (h *suiteHarness) Harness() sinktest.Harness {
 			}
 		},
 		Restart: h.restart,
-	}
-}
-
-// freePort returns a TCP port nothing listens on right now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// poll checks cond until it holds or the deadline passes.
-func poll(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := "timed out after " + timeout.String() + " waiting for " + what
-			for _, d := range detail {
-				msg += ": " + d()
-			}
-			t.Fatal(msg)
-		}
-		<-tick.C
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -34,33 +35,14 @@ const (
 	wrongPassword = "Kw-wrong-pass-0b5d8e44f1"
 )
 
-// syncBuffer is a log sink the test can read while the sink and the
-// dispatcher are still writing to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func debugLogger(w *syncBuffer) *slog.Logger {
+func debugLogger(w *testkit.Buffer) *slog.Logger {
 	// Debug, so that nothing the code logs at any level escapes the check.
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // secureSink builds a Kafka sink for addr that logs into logs, with topics
 // under a fresh prefix created with one partition.
-func secureSink(t *testing.T, name, addr string, logs *syncBuffer, edit func(*config.KafkaSink)) (sinks.Sink, config.Sink, string) {
+func secureSink(t *testing.T, name, addr string, logs *testkit.Buffer, edit func(*config.KafkaSink)) (sinks.Sink, config.Sink, string) {
 	t.Helper()
 	prefix := uniquePrefix(t)
 	kc := &config.KafkaSink{
@@ -102,7 +84,7 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 
 	t.Run("SCRAM-SHA-512 over TLS with a verified CA and the password from a file passes the conformance cases", func(t *testing.T) {
 		pw := writeFile(t, "password", kafkaPassword+"\n")
-		var logs syncBuffer
+		var logs testkit.Buffer
 		sinktest.Run(t, sinktest.Harness{
 			New: func(t *testing.T) (sinks.Sink, sinktest.Reader) {
 				s, _, prefix := secureSink(t, "kafka-scram", b.SASLSSLAddr, &logs, scramFromFile(b.CAFile, pw))
@@ -124,7 +106,7 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 
 	t.Run("PLAIN over TLS with the password from the environment writes and reads back", func(t *testing.T) {
 		t.Setenv("KUBEWIRE_TEST_KAFKA_PASSWORD", kafkaPassword)
-		var logs syncBuffer
+		var logs testkit.Buffer
 		s, sc, prefix := secureSink(t, "kafka-plain", b.SASLSSLAddr, &logs, func(k *config.KafkaSink) {
 			k.TLS = &config.KafkaTLS{CAFile: b.CAFile}
 			k.SASL = &config.KafkaSASL{Mechanism: config.KafkaSASLPlain, Username: kafkaUser, PasswordEnv: "KUBEWIRE_TEST_KAFKA_PASSWORD"}
@@ -137,7 +119,7 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 
 	t.Run("SCRAM-SHA-256 over TLS writes and reads back", func(t *testing.T) {
 		pw := writeFile(t, "password", kafkaPassword)
-		var logs syncBuffer
+		var logs testkit.Buffer
 		s, sc, prefix := secureSink(t, "kafka-scram256", b.SASLSSLAddr, &logs, func(k *config.KafkaSink) {
 			k.TLS = &config.KafkaTLS{CAFile: b.CAFile}
 			k.SASL = &config.KafkaSASL{Mechanism: config.KafkaSASLScramSHA256, Username: kafkaUser, PasswordFile: pw}
@@ -153,7 +135,7 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs syncBuffer
+		var logs testkit.Buffer
 		s, sc, prefix := secureSink(t, "kafka-mtls", b.SSLAddr, &logs, func(k *config.KafkaSink) {
 			k.TLS = &config.KafkaTLS{CAFile: b.CAFile, CertFile: cert, KeyFile: key}
 		})
@@ -162,7 +144,7 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 
 	t.Run("TLS without the client certificate the broker requires fails Connect with a TLS error", func(t *testing.T) {
 		name := "kafka-no-client-cert"
-		var logs syncBuffer
+		var logs testkit.Buffer
 		s, _, _ := secureSink(t, name, b.SSLAddr, &logs, func(k *config.KafkaSink) {
 			k.TLS = &config.KafkaTLS{CAFile: b.CAFile}
 		})
@@ -188,7 +170,7 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 		t.Run("A wrong "+mech+" password fails Connect clearly, marks the sink unhealthy and never shows the password", func(t *testing.T) {
 			pw := writeFile(t, "password", wrongPassword+"\n")
 			name := "kafka-wrong-" + strings.ToLower(mech)
-			var logs syncBuffer
+			var logs testkit.Buffer
 			s, _, _ := secureSink(t, name, b.SASLSSLAddr, &logs, func(k *config.KafkaSink) {
 				k.TLS = &config.KafkaTLS{CAFile: b.CAFile}
 				k.SASL = &config.KafkaSASL{Mechanism: mech, Username: kafkaUser, PasswordFile: pw}
@@ -222,7 +204,7 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 			d := sinks.NewDispatcher(name, s, sinks.Options{Logger: debugLogger(&logs), RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
 			d.Start()
 			d.Enqueue(sinks.NewItem(sinktest.Change(informer.OpAdded, "team-a", "never", 1)))
-			poll(t, 30*time.Second, "two logged connect failures", func() bool {
+			testkit.Within(t, 30*time.Second, "two logged connect failures", func() bool {
 				return strings.Count(logs.String(), "sink connect failed") >= 2
 			}, logs.String)
 			if d.Healthy() {
@@ -253,7 +235,7 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 		}
 		pw := writeFile(t, "password", kafkaPassword)
 		name := "kafka-wrong-ca"
-		var logs syncBuffer
+		var logs testkit.Buffer
 		s, _, _ := secureSink(t, name, b.SASLSSLAddr, &logs, scramFromFile(other.CertFile, pw))
 		before := testutil.ToFloat64(metrics.SinkConnectFailures.WithLabelValues(name, metrics.ConnectTLS))
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -18,32 +18,15 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
-// logBuffer collects what a sink logs, for tests that check a message.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // newLoggedSink is newSink on a single partition, with the sink's log
 // going to the returned buffer.
-func newLoggedSink(t *testing.T, addr string, edit func(*config.KafkaSink)) (sinks.Sink, string, *logBuffer) {
+func newLoggedSink(t *testing.T, addr string, edit func(*config.KafkaSink)) (sinks.Sink, string, *testkit.Buffer) {
 	t.Helper()
 	prefix := uniquePrefix(t)
 	kc := &config.KafkaSink{
@@ -57,7 +40,7 @@ func newLoggedSink(t *testing.T, addr string, edit func(*config.KafkaSink)) (sin
 	if edit != nil {
 		edit(kc)
 	}
-	logs := &logBuffer{}
+	logs := &testkit.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := kafka.New(config.Sink{Name: "kafka-test", Type: config.SinkTypeKafka, Kafka: kc}, sinks.Deps{Logger: log})
 	if err != nil {

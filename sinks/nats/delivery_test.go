@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -119,34 +121,17 @@ func TestACoreWriteReportsAFullReconnectBufferAndRecoversWhenTheServerReturns(t 
 	b.Stop(t)
 	batch := events(t, 20, 1) // about 20 KB, five times the buffer
 	var last error
-	eventually(t, "Write to fail with nats.ErrReconnectBufExceeded while the server is down", func() bool {
+	testkit.Within(t, 20*time.Second, "Write to fail with nats.ErrReconnectBufExceeded while the server is down", func() bool {
 		last = s.Write(ctx, batch)
 		return errors.Is(last, natsgo.ErrReconnectBufExceeded)
-	}, &last)
+	}, func() string { return fmt.Sprintf("last error: %v", last) })
 	if n := testutil.ToFloat64(metrics.NATSPublishErrors.WithLabelValues("overflow", "buffer_full")); n == 0 {
 		t.Error("kubewire_nats_publish_errors_total{reason=buffer_full} did not move")
 	}
 
 	b.Start(t)
-	eventually(t, "Write to succeed once the server is back", func() bool {
+	testkit.Within(t, 20*time.Second, "Write to succeed once the server is back", func() bool {
 		last = s.Write(ctx, batch[:1])
 		return last == nil
-	}, &last)
-}
-
-// eventually polls cond on a ticker until it holds or 20s pass; last, if
-// set, is reported on failure.
-func eventually(t *testing.T, what string, cond func() bool, last *error) {
-	t.Helper()
-	deadline := time.NewTimer(20 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s (last error: %v)", what, *last)
-		case <-tick.C:
-		}
-	}
+	}, func() string { return fmt.Sprintf("last error: %v", last) })
 }

@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -27,17 +29,17 @@ func TestAnIdleSinkTurnsUnhealthyWhenTheServerGoesAwayAndHealthyWhenItReturns(t 
 	})
 	gauge := func() float64 { return testutil.ToFloat64(metrics.SinkHealthy.WithLabelValues(name)) }
 	var none error
-	eventually(t, "the sink to be healthy once connected", func() bool {
+	testkit.Within(t, 20*time.Second, "the sink to be healthy once connected", func() bool {
 		return d.Health() == sinks.HealthOK && gauge() == 1
-	}, &none)
+	}, func() string { return fmt.Sprintf("last error: %v", none) })
 
 	b.Stop(t)
-	eventually(t, "the sink to report disconnected with no write in between", func() bool {
+	testkit.Within(t, 20*time.Second, "the sink to report disconnected with no write in between", func() bool {
 		return d.Health() == sinks.HealthDisconnected && !d.Healthy() && gauge() == 0
-	}, &none)
+	}, func() string { return fmt.Sprintf("last error: %v", none) })
 
 	b.Start(t)
-	eventually(t, "the sink to be healthy again once the client reconnects", func() bool {
+	testkit.Within(t, 20*time.Second, "the sink to be healthy again once the client reconnects", func() bool {
 		return d.Health() == sinks.HealthOK && gauge() == 1
-	}, &none)
+	}, func() string { return fmt.Sprintf("last error: %v", none) })
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
@@ -46,22 +47,22 @@ func TestAResourceWithoutAStreamWaitsWhileTheOtherResourcesOfTheSinkGoOn(t *test
 		d.Enqueue(sinks.NewItem(sinktest.Change(informer.OpUpdated, "team-a", "w0", rv)))
 		d.Enqueue(sinks.NewItem(sinktest.ClusterChange(informer.OpUpdated, "n0", rv)))
 	}
-	eventually(t, "every node event in its stream", func() bool {
+	testkit.Within(t, 20*time.Second, "every node event in its stream", func() bool {
 		info, err := nodes.Info(ctx)
 		return err == nil && info.State.Msgs == perKey
-	}, nil)
-	eventually(t, "the widgets to be reported blocked", func() bool {
+	})
+	testkit.Within(t, 20*time.Second, "the widgets to be reported blocked", func() bool {
 		return metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "iso", "resource": sinktest.Resource.KeyPrefix}) == 1
-	}, nil)
+	})
 
 	widgets, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WIDGETS", Subjects: []string{"iso.widgets.>"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every widget event in its new stream", func() bool {
+	testkit.Within(t, 20*time.Second, "every widget event in its new stream", func() bool {
 		info, err := widgets.Info(ctx)
 		return err == nil && info.State.Msgs >= perKey
-	}, nil)
+	})
 	if n := d.Close(ctx); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}

@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
@@ -137,11 +139,11 @@ func TestAnEventTooLargeForTheServerArrivesAsAReferenceEventWithItsId(t *testing
 			}
 
 			var last error
-			eventually(t, "the subscriber to receive every event", func() bool {
+			testkit.Within(t, 20*time.Second, "the subscriber to receive every event", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(got) >= len(evs)
-			}, &last)
+			}, func() string { return fmt.Sprintf("last error: %v", last) })
 			mu.Lock()
 			msgs := append([]received(nil), got...)
 			mu.Unlock()

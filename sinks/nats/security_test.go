@@ -1,22 +1,14 @@
 package nats_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
+	"fmt"
 	"log/slog"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,76 +23,11 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
-
-// lockedBuffer is a log destination the test reads while the sink and the
-// dispatcher may still write to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// testCA is a CA made for one test.
-type testCA struct {
-	file string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	f := writeSecret(t, "ca.crt", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
-	return &testCA{file: f, cert: cert, key: key}
-}
-
-// serverTLS is a server certificate for 127.0.0.1 signed by ca.
-func (ca *testCA) serverTLS(t *testing.T) *tls.Config {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats-server"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
-}
 
 func writeSecret(t *testing.T, name, content string) string {
 	t.Helper()
@@ -130,10 +57,10 @@ type authCase struct {
 }
 
 func authCases(t *testing.T) []authCase {
-	ca, other := newTestCA(t, "kubewire test CA"), newTestCA(t, "some other CA")
-	serverTLS := ca.serverTLS(t)
+	ca, other := testkit.NewCA(t, "kubewire test CA"), testkit.NewCA(t, "some other CA")
+	serverTLS := ca.ServerTLS(t, "nats-server")
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 
 	const (
 		password      = "Nw-right-pass-5c1e9a77d0"
@@ -155,8 +82,8 @@ func authCases(t *testing.T) []authCase {
 			server: func(o *natsserver.Options) {
 				o.TLS, o.TLSConfig, o.TLSTimeout = true, serverTLS, 2
 			},
-			right: func(t *testing.T, c *config.NATSSink) { c.TLS = &config.NATSTLS{CAFile: ca.file} },
-			wrong: func(t *testing.T, c *config.NATSSink) { c.TLS = &config.NATSTLS{CAFile: other.file} },
+			right: func(t *testing.T, c *config.NATSSink) { c.TLS = &config.NATSTLS{CAFile: ca.CertFile} },
+			wrong: func(t *testing.T, c *config.NATSSink) { c.TLS = &config.NATSTLS{CAFile: other.CertFile} },
 			client: func(t *testing.T) []natsgo.Option {
 				return []natsgo.Option{natsgo.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})}
 			},
@@ -289,7 +216,7 @@ func TestTheSinkConnectsWithEachSecuredSetupAndAWrongSecretFailsWithoutShowingIt
 			b := newBroker(t, &embedded{opts: opts})
 
 			t.Run("publishes with the right secret", func(t *testing.T) {
-				var logs lockedBuffer
+				var logs testkit.Buffer
 				cfg := b.sinkConfig(config.NATSModeCore)
 				c.right(t, cfg)
 				s := securedSink(t, "nats-right", cfg, &logs)
@@ -324,7 +251,7 @@ func TestTheSinkConnectsWithEachSecuredSetupAndAWrongSecretFailsWithoutShowingIt
 			})
 
 			t.Run("fails clearly with a wrong secret", func(t *testing.T) {
-				var logs lockedBuffer
+				var logs testkit.Buffer
 				cfg := b.sinkConfig(config.NATSModeCore)
 				c.wrong(t, cfg)
 				const name = "nats-wrong"
@@ -358,9 +285,9 @@ func TestTheSinkConnectsWithEachSecuredSetupAndAWrongSecretFailsWithoutShowingIt
 				})
 				d.Start()
 				var none error
-				eventually(t, "two logged connect failures", func() bool {
+				testkit.Within(t, 20*time.Second, "two logged connect failures", func() bool {
 					return strings.Count(logs.String(), "sink connect failed") >= 2
-				}, &none)
+				}, func() string { return fmt.Sprintf("last error: %v", none) })
 				if d.Healthy() {
 					t.Error("the dispatcher reports the sink healthy")
 				}
@@ -376,7 +303,7 @@ func TestTheSinkConnectsWithEachSecuredSetupAndAWrongSecretFailsWithoutShowingIt
 	}
 }
 
-func securedSink(t *testing.T, name string, cfg *config.NATSSink, logs *lockedBuffer) sinks.Sink {
+func securedSink(t *testing.T, name string, cfg *config.NATSSink, logs *testkit.Buffer) sinks.Sink {
 	t.Helper()
 	c := &config.Config{
 		APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "conformance",

@@ -3,7 +3,13 @@
 // batch over several keys with attributes and data intact, keeps each key's
 // order across many batches through a real sinks.Dispatcher, and delivers
 // every event at least once, in per-key order, across a broker restart in the
-// middle of the stream.
+// middle of the stream. It also holds an adapter to the edges of the
+// contract: an event the broker refuses for good fails the Write with
+// sinks.ErrPermanent (so the dispatcher drops it instead of retrying it
+// forever, and the key keeps flowing), an event too large for the broker is
+// either sent as its reference event (encoding.ReferenceEvent) or refused
+// permanently, a Write after Close is an error, not a panic, and closing
+// twice is harmless.
 //
 // An adapter's test provides a Harness and calls Run:
 //
@@ -32,6 +38,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -54,6 +61,17 @@ type Harness struct {
 	Restart func(t *testing.T)
 	// Timeout bounds each wait for delivery. Default 60s.
 	Timeout time.Duration
+	// OversizeBytes is a size no message of the destination may reach: the
+	// permanent-refusal and oversize cases write events of about this
+	// size. Default 4 MiB, four times the default limit of Kafka and NATS.
+	// Negative: the destination takes any size (stdout), and those cases
+	// are skipped.
+	OversizeBytes int
+	// KnownViolations names the cases (by their subtest name) the adapter
+	// is known to fail, each with the reason. Those cases are skipped with
+	// the reason, so the gap shows in every run instead of being hidden in
+	// a weaker case.
+	KnownViolations map[string]string
 }
 
 // Run runs every case of the suite as a subtest.
@@ -65,15 +83,42 @@ func Run(t *testing.T, h Harness) {
 	if h.Timeout <= 0 {
 		h.Timeout = 60 * time.Second
 	}
-	t.Run("A sink connects and closes cleanly", func(t *testing.T) { connectClose(t, h) })
-	t.Run("A batch over several keys arrives with attributes and data intact", func(t *testing.T) { batch(t, h) })
-	t.Run("Each key keeps its order across many batches through a dispatcher", func(t *testing.T) { order(t, h) })
-	t.Run("Every event arrives at least once and in key order across a broker restart", func(t *testing.T) {
-		if h.Restart == nil {
-			t.Skip("the harness cannot restart its broker")
+	if h.OversizeBytes == 0 {
+		h.OversizeBytes = 4 << 20
+	}
+	sized := func(f func(*testing.T, Harness)) func(*testing.T, Harness) {
+		return func(t *testing.T, h Harness) {
+			if h.OversizeBytes < 0 {
+				t.Skip("the destination takes events of any size")
+			}
+			f(t, h)
 		}
-		restart(t, h)
-	})
+	}
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, Harness)
+	}{
+		{"A sink connects and closes cleanly", connectClose},
+		{"A batch over several keys arrives with attributes and data intact", batch},
+		{"Each key keeps its order across many batches through a dispatcher", order},
+		{"Every event arrives at least once and in key order across a broker restart", func(t *testing.T, h Harness) {
+			if h.Restart == nil {
+				t.Skip("the harness cannot restart its broker")
+			}
+			restart(t, h)
+		}},
+		{"An event the broker refuses for good fails permanently and its key keeps flowing", sized(refusal)},
+		{"An event too large for the broker arrives as its reference event or fails permanently", sized(oversize)},
+		{"A Write after Close fails and does not panic", writeAfterClose},
+		{"Closing twice neither fails nor panics", closeTwice},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if why, ok := h.KnownViolations[c.name]; ok {
+				t.Skip("known violation: " + why)
+			}
+			c.run(t, h)
+		})
+	}
 }
 
 func connectClose(t *testing.T, h Harness) {
@@ -193,7 +238,7 @@ func restart(t *testing.T, h Harness) {
 	// First half; restart as soon as the broker holds some of it, so the
 	// restart lands while most of it is still queued or in flight.
 	enqueue(1, perKey/2)
-	poll(t, h.Timeout, "the first events to reach the broker", func() bool { return len(read(ctx, t)) > 0 })
+	testkit.Within(t, h.Timeout, "the first events to reach the broker", func() bool { return len(read(ctx, t)) > 0 })
 	h.Restart(t)
 	// Objects keep changing while the sink reconnects.
 	enqueue(perKey/2+1, perKey)
@@ -224,7 +269,7 @@ func waitForAll(ctx context.Context, t *testing.T, read Reader, sent []*event.Ev
 	t.Helper()
 	var got []*event.Event
 	var missing []string
-	poll(t, timeout, "every event to arrive", func() bool {
+	testkit.Within(t, timeout, "every event to arrive", func() bool {
 		got = read(ctx, t)
 		seen := map[string]bool{}
 		for _, ev := range got {
@@ -328,27 +373,6 @@ func sameJSON(a, b []byte) bool {
 		return bytes.Equal(a, b)
 	}
 	return reflect.DeepEqual(x, y)
-}
-
-// poll checks cond until it holds or timeout passes. It waits on a ticker
-// between checks, which is the deadline loop, not a synchronisation sleep.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			msg := "timed out after " + timeout.String() + " waiting for " + what
-			for _, d := range detail {
-				msg += ": " + d()
-			}
-			t.Fatal(msg)
-		case <-tick.C:
-		}
-	}
 }
 
 func key(ev *event.Event) string {

@@ -1,0 +1,77 @@
+// Package testkit is what kubewire's tests share: polling with a deadline,
+// a free port, a test CA and a goroutine-safe buffer. Its memsink package is
+// an in-memory sink that injects faults. Tests only: the binary never
+// imports it, and it imports nothing of kubewire's, so that any package's
+// own tests can use it.
+package testkit
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Timeout is how long Eventually waits.
+const Timeout = time.Minute
+
+// Eventually polls cond until it holds, failing the test after Timeout with
+// a message naming what it waited for, followed by each detail.
+func Eventually(t testing.TB, what string, cond func() bool, detail ...func() string) {
+	t.Helper()
+	Within(t, Timeout, what, cond, detail...)
+}
+
+// Within is Eventually with its own timeout. It checks cond every 10ms, a
+// deadline loop, not a synchronisation sleep.
+func Within(t testing.TB, timeout time.Duration, what string, cond func() bool, detail ...func() string) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			msg := "timed out after " + timeout.String() + " waiting for " + what
+			for _, d := range detail {
+				msg += ": " + d()
+			}
+			t.Fatal(msg)
+			return // for a testing.TB whose Fatal returns
+		case <-tick.C:
+		}
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on right
+// now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Buffer is a goroutine-safe bytes.Buffer: a log destination a test reads
+// while what it runs still writes to it.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,130 @@
+package sinktest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+// connected returns a connected sink and its Reader; the test closes it.
+func connected(t *testing.T, h Harness) (sinks.Sink, Reader, context.Context) {
+	t.Helper()
+	s, read := h.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
+	t.Cleanup(cancel)
+	if err := s.Connect(ctx); err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	return s, read, ctx
+}
+
+// hugeMarker is a snapshot marker whose snapshot id alone is size bytes. A
+// marker names no object, so it has no reference event: no broker with a
+// limit can take it in any form.
+func hugeMarker(size int) *informer.Change {
+	return &informer.Change{Op: informer.OpSnapshotStarted, Resource: Resource, Key: Resource.KeyPrefix,
+		SnapshotID: strings.Repeat("s", size), Observed: observed}
+}
+
+// refusal writes an event no broker can take, directly and then through a
+// dispatcher followed by one it can take on the same key.
+func refusal(t *testing.T, h Harness) {
+	s, read, ctx := connected(t, h)
+	huge := mustEvent(t, hugeMarker(h.OversizeBytes))
+	err := s.Write(ctx, []*event.Event{huge})
+	if !errors.Is(err, sinks.ErrPermanent) {
+		s.Close(context.Background())
+		t.Fatalf("Write of an event the broker can never take = %.300v; want an error wrapping sinks.ErrPermanent, "+
+			"or the dispatcher retries it forever and every later event of its key waits behind it", err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+
+	s, read = h.New(t)
+	d := sinks.NewDispatcher("sinktest-refusal", s, dispatchOptions(t))
+	d.Start()
+	next := &informer.Change{Op: informer.OpSnapshotCompleted, Resource: Resource, Key: Resource.KeyPrefix,
+		SnapshotID: "snap-after", Observed: observed}
+	d.Enqueue(sinks.NewItem(hugeMarker(h.OversizeBytes)))
+	d.Enqueue(sinks.NewItem(next))
+	if n := d.Close(ctx); n != 0 {
+		t.Fatalf("the dispatcher reported %d events undelivered; want the refused one dropped and the next delivered", n)
+	}
+	waitForAll(ctx, t, read, []*event.Event{mustEvent(t, next)}, h.Timeout)
+}
+
+// oversize writes an object's event too large for the broker between two
+// that fit, on the same key.
+func oversize(t *testing.T, h Harness) {
+	s, read, ctx := connected(t, h)
+	defer s.Close(context.Background())
+	before := Change(informer.OpUpdated, "team-0", "big", 1)
+	big := Change(informer.OpUpdated, "team-0", "big", 2)
+	big.Object.Object["data"] = map[string]any{"blob": strings.Repeat("x", h.OversizeBytes)}
+	after := Change(informer.OpUpdated, "team-0", "big", 3)
+	sent := []*event.Event{mustEvent(t, before), mustEvent(t, big), mustEvent(t, after)}
+	err := s.Write(ctx, sent)
+	switch {
+	case errors.Is(err, sinks.ErrPermanent):
+		t.Logf("the adapter refused the oversized event permanently: %.300v", err)
+		return
+	case err != nil:
+		t.Fatalf("Write with an oversized event = %.300v; want success (with a reference event in its place) "+
+			"or an error wrapping sinks.ErrPermanent, not a failure the dispatcher retries forever", err)
+	}
+	got := waitForAll(ctx, t, read, sent, h.Timeout)
+	checkKeyOrder(t, sent, got)
+	for _, ev := range got {
+		if ev.ID() != sent[1].ID() {
+			continue
+		}
+		if p, _ := ev.Extensions()[encoding.ExtPayload].(string); p != encoding.PayloadReference {
+			t.Errorf("the oversized event arrived with payload=%q, want %q", p, encoding.PayloadReference)
+		}
+		if len(ev.Data()) >= h.OversizeBytes {
+			t.Errorf("the oversized event arrived whole (%d bytes of data), not as its reference", len(ev.Data()))
+		}
+	}
+}
+
+func writeAfterClose(t *testing.T, h Harness) {
+	s, _, ctx := connected(t, h)
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	err := noPanic(t, "Write after Close", func() error {
+		return s.Write(ctx, []*event.Event{mustEvent(t, Change(informer.OpAdded, "team-0", "late", 1))})
+	})
+	if err == nil {
+		t.Fatal("Write after Close succeeded; want an error, since nothing delivers it")
+	}
+}
+
+func closeTwice(t *testing.T, h Harness) {
+	s, _, ctx := connected(t, h)
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := noPanic(t, "the second Close", func() error { return s.Close(ctx) }); err != nil {
+		t.Fatalf("the second Close = %v, want nil", err)
+	}
+}
+
+// noPanic runs f, failing the test if it panics.
+func noPanic(t *testing.T, what string, f func() error) (err error) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("%s panicked: %v", what, r)
+		}
+	}()
+	return f()
+}
