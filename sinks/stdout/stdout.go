@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -25,7 +26,11 @@ type Writer struct {
 	mu     sync.Mutex
 	w      *bufio.Writer
 	pretty bool
+	closed bool
 }
+
+// ErrClosed is returned by Write after Close.
+var ErrClosed = errors.New("stdout: sink is closed")
 
 var _ sinks.Sink = (*Writer)(nil)
 
@@ -50,6 +55,9 @@ func (w *Writer) Connect(context.Context) error { return nil }
 func (w *Writer) Write(_ context.Context, events []*event.Event) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
 	for _, ev := range events {
 		var b []byte
 		var err error
@@ -70,10 +78,11 @@ func (w *Writer) Write(_ context.Context, events []*event.Event) error {
 	return nil
 }
 
-// Close flushes what is buffered.
+// Close flushes what is buffered; later Writes fail with ErrClosed.
 func (w *Writer) Close(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.closed = true
 	return w.w.Flush()
 }
 
