@@ -22,6 +22,7 @@ import (
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/internal/natstest"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // brokerUnderTest is what the "same objects" proof needs of a broker.
@@ -53,21 +54,14 @@ func informerOn(t *testing.T, inf cache.SharedIndexInformer) cache.SharedIndexIn
 	return inf
 }
 
-// waitUntil polls cond until it holds, failing with detail after
-// 90 s.
+// waitUntil polls cond until it holds, failing with detail after 90 s.
 func waitUntil(t *testing.T, what string, cond func() bool, detail func() string) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			if detail != nil {
-				msg = ": " + detail()
-			}
-			t.Fatalf("timed out after 90s waiting for %s%s", what, msg)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if detail == nil {
+		testkit.Within(t, 90*time.Second, what, cond)
+		return
 	}
+	testkit.Within(t, 90*time.Second, what, cond, detail)
 }
 
 // identities lists a store's objects as "name uid rv", sorted.
