@@ -42,3 +42,11 @@ const (
 
 // PayloadReference is the value of ExtPayload.
 const PayloadReference = shape.PayloadReference
+
+// Extensions lists every extension name above, for code that prepares
+// something per name once (binding header names) instead of per event.
+var Extensions = []string{
+	ExtPartitionKey, ExtAPIVersion, ExtKind, ExtNamespace, ExtName, ExtUID, ExtResourceVersion,
+	ExtCluster, ExtSnapshotID, ExtFinalStateUnknown, ExtIncomplete, ExtConflated, ExtPayload,
+	ExtChangedBy, ExtChangeOp, ExtChangeTime,
+}

@@ -237,13 +237,7 @@ const (
 // made once rather than per event.
 var extensionHeaders = func() map[string]string {
 	m := map[string]string{}
-	for _, name := range []string{
-		encoding.ExtPartitionKey, encoding.ExtAPIVersion, encoding.ExtKind, encoding.ExtNamespace,
-		encoding.ExtName, encoding.ExtUID, encoding.ExtResourceVersion, encoding.ExtCluster,
-		encoding.ExtSnapshotID, encoding.ExtFinalStateUnknown, encoding.ExtIncomplete,
-		encoding.ExtConflated, encoding.ExtPayload, encoding.ExtChangedBy, encoding.ExtChangeOp,
-		encoding.ExtChangeTime,
-	} {
+	for _, name := range encoding.Extensions {
 		m[name] = HeaderPrefix + name
 	}
 	return m
