@@ -51,11 +51,13 @@ bench-quick:
 bench-apiserver: testbin
 	$(GO) test -tags bench -run 'APIServer' -v -timeout 60m ./internal/perf | tee bench-apiserver.out
 
-## lint: formatting and vet
+## lint: formatting, and vet of every build (plain, e2e and bench tags)
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./...
+	$(GO) vet -tags bench ./...
 
 ## demo: start a local cluster and stream its changes to this terminal
 demo: testbin
