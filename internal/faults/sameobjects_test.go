@@ -187,8 +187,13 @@ func proveSameObjects(t *testing.T, ns string, b brokerUnderTest, label string) 
 	}
 	changes += int64(deleted) + 1
 	n = b.delivered()
-	k.start(t, "second.jsonl")
+	second, _ := k.start(t, "second.jsonl")
 	waitUntil(t, "the restarted kubewire's snapshot", func() bool { return b.delivered() > n }, nil)
+	// The relist below must meet an informer that has listed already:
+	// cut before that, the deletes would only be missing from its initial
+	// list, and no relist would happen.
+	stderr := second.Stderr.(*testkit.Buffer)
+	waitUntil(t, "the restarted kubewire's informer to sync", func() bool { return strings.Contains(stderr.String(), "informer synced") }, nil)
 
 	// A forced relist: the watch is cut, the cluster changes, and the
 	// history it would resume from is compacted.
