@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -38,7 +39,7 @@ func hugeMarker(size int) *informer.Change {
 func refusal(t *testing.T, h Harness) {
 	s, read, ctx := connected(t, h)
 	huge := mustEvent(t, hugeMarker(h.OversizeBytes))
-	err := s.Write(ctx, []*event.Event{huge})
+	err := writeSettled(ctx, t, s, []*event.Event{huge})
 	if !errors.Is(err, sinks.ErrPermanent) {
 		s.Close(context.Background())
 		t.Fatalf("Write of an event the broker can never take = %.300v; want an error wrapping sinks.ErrPermanent, "+
@@ -71,7 +72,7 @@ func oversize(t *testing.T, h Harness) {
 	big.Object.Object["data"] = map[string]any{"blob": strings.Repeat("x", h.OversizeBytes)}
 	after := Change(informer.OpUpdated, "team-0", "big", 3)
 	sent := []*event.Event{mustEvent(t, before), mustEvent(t, big), mustEvent(t, after)}
-	err := s.Write(ctx, sent)
+	err := writeSettled(ctx, t, s, sent)
 	switch {
 	case errors.Is(err, sinks.ErrPermanent):
 		t.Logf("the adapter refused the oversized event permanently: %.300v", err)
@@ -91,6 +92,34 @@ func oversize(t *testing.T, h Harness) {
 		}
 		if len(ev.Data()) >= h.OversizeBytes {
 			t.Errorf("the oversized event arrived whole (%d bytes of data), not as its reference", len(ev.Data()))
+		}
+	}
+}
+
+// settleTime is how long writeSettled retries a failure that is not
+// permanent.
+const settleTime = 15 * time.Second
+
+// writeSettled writes evs until the adapter gives its answer for them:
+// success or a permanent error. A topic or stream just created can fail a
+// write for a moment (a partition whose leader is not elected yet), which
+// the dispatcher retries; only a failure that lasts settleTime counts as
+// the answer.
+func writeSettled(ctx context.Context, t *testing.T, s sinks.Sink, evs []*event.Event) error {
+	t.Helper()
+	deadline := time.Now().Add(settleTime)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := s.Write(ctx, evs)
+		if err == nil || errors.Is(err, sinks.ErrPermanent) || time.Now().After(deadline) {
+			return err
+		}
+		t.Logf("Write failed for now, retrying as the dispatcher would: %.200v", err)
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return err
 		}
 	}
 }
