@@ -1,6 +1,10 @@
 package encoding
 
-import "github.com/kubewire/kubewire/internal/shape"
+import (
+	"strings"
+
+	"github.com/kubewire/kubewire/internal/shape"
+)
 
 // The extension attributes of the event contract (docs/events.md), every
 // one kubewire sets, wherever it sets it. CloudEvents limits their names to
@@ -49,4 +53,31 @@ var Extensions = []string{
 	ExtPartitionKey, ExtAPIVersion, ExtKind, ExtNamespace, ExtName, ExtUID, ExtResourceVersion,
 	ExtCluster, ExtSnapshotID, ExtFinalStateUnknown, ExtIncomplete, ExtConflated, ExtPayload,
 	ExtChangedBy, ExtChangeOp, ExtChangeTime,
+}
+
+// HeaderNames are a binding's binary-mode header names of the extensions:
+// the binding's prefix and the extension's name, made once rather than per
+// event for every name in Extensions.
+type HeaderNames struct {
+	prefix string
+	known  map[string]string
+}
+
+// NewHeaderNames prepares the header names of prefix ("ce_" for Kafka,
+// "ce-" for NATS).
+func NewHeaderNames(prefix string) *HeaderNames {
+	h := &HeaderNames{prefix: prefix, known: make(map[string]string, len(Extensions))}
+	for _, name := range Extensions {
+		h.known[name] = prefix + name
+	}
+	return h
+}
+
+// Extension is the header of extension name. CloudEvents extension names
+// are lowercase; sdk-go lowercases them when they are set.
+func (h *HeaderNames) Extension(name string) string {
+	if s, ok := h.known[name]; ok {
+		return s
+	}
+	return h.prefix + strings.ToLower(name)
 }

@@ -79,7 +79,7 @@ func encodeBinary(ev *event.Event) (m kafkago.Message, ok bool, err error) {
 				return kafkago.Message{}, true, err
 			}
 		}
-		add(extensionHeader(name), str(s))
+		add(extensionHeaders.Extension(name), str(s))
 	}
 	if pk, isString := c.Extensions[encoding.ExtPartitionKey].(string); isString {
 		m.Key = str(pk)
@@ -108,19 +108,5 @@ const (
 	headerTime        = HeaderPrefix + "time"
 )
 
-// extensionHeaders are the header names of the extensions kubewire sets,
-// made once rather than per event.
-var extensionHeaders = func() map[string]string {
-	m := map[string]string{}
-	for _, name := range encoding.Extensions {
-		m[name] = HeaderPrefix + name
-	}
-	return m
-}()
-
-func extensionHeader(name string) string {
-	if h, ok := extensionHeaders[name]; ok {
-		return h
-	}
-	return HeaderPrefix + name
-}
+// extensionHeaders names the extensions' headers, once for the process.
+var extensionHeaders = encoding.NewHeaderNames(HeaderPrefix)

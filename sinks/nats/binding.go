@@ -185,7 +185,7 @@ func binaryMessage(subject string, ev *event.Event) (*natsgo.Msg, error) {
 				return nil, fmt.Errorf("extension %q: %w", name, err)
 			}
 		}
-		set(extensionHeader(name), s)
+		set(extensionHeaders.Extension(name), s)
 	}
 	return &natsgo.Msg{Subject: subject, Header: h, Data: ev.Data()}, nil
 }
@@ -233,24 +233,8 @@ const (
 	headerDataSchema      = HeaderPrefix + "dataschema"
 )
 
-// extensionHeaders are the header names of the extensions kubewire sets,
-// made once rather than per event.
-var extensionHeaders = func() map[string]string {
-	m := map[string]string{}
-	for _, name := range encoding.Extensions {
-		m[name] = HeaderPrefix + name
-	}
-	return m
-}()
-
-// extensionHeader is the header of an extension; CloudEvents extension
-// names are lowercase already, and sdk-go lowercases them when set.
-func extensionHeader(name string) string {
-	if h, ok := extensionHeaders[name]; ok {
-		return h
-	}
-	return HeaderPrefix + strings.ToLower(name)
-}
+// extensionHeaders names the extensions' headers, once for the process.
+var extensionHeaders = encoding.NewHeaderNames(HeaderPrefix)
 
 // structuredMessage maps ev to a structured-mode message: the JSON event
 // format as the body.
