@@ -47,25 +47,25 @@ func startNATS(t *testing.T) (string, jetstream.JetStream) {
 
 // natsSink returns kubewire's NATS sink in JetStream mode, connected,
 // provisioning a stream of its own; edits change its config first.
-func natsSink(t *testing.T, url, mode, stream string, edits ...func(*config.NATSSink)) sinks.Sink {
+func natsSink(t *testing.T, url, mode, stream string, edits ...func(*kwnats.Config)) sinks.Sink {
 	t.Helper()
 	c := &config.Config{
 		APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "conformance",
 		Resources: []config.Resource{{Version: "v1", Resource: "configmaps", Sinks: []string{"js"}}},
-		Sinks: []config.Sink{{Name: "js", Type: config.SinkTypeNATS, NATS: &config.NATSSink{
-			Mode: config.NATSModeJetStream, Servers: []string{url}, ContentMode: mode,
+		Sinks: []config.Sink{{Name: "js", Type: kwnats.Type, Block: &kwnats.Config{
+			Mode: kwnats.ModeJetStream, Servers: []string{url}, ContentMode: mode,
 			Subject:   stream + ".{cluster}.{group}.{version}.{resource}.{namespace}.{name}",
-			JetStream: &config.NATSJetStream{Stream: &config.NATSStream{Name: stream}},
+			JetStream: &kwnats.JetStream{Stream: &kwnats.Stream{Name: stream}},
 		}}},
 	}
 	for _, e := range edits {
-		e(c.Sinks[0].NATS)
+		e(c.Sinks[0].Block.(*kwnats.Config))
 	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("test config is invalid: %v", err)
 	}
-	s, err := kwnats.New(c.Sinks[0], sinks.Deps{Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	s, err := kwnats.Spec.New(c.Sinks[0].Name, c.Sinks[0].Block, sinks.Deps{Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,17 +32,17 @@ func kafkaSink(t *testing.T, addr, mode string) (sinks.Sink, string) {
 	t.Helper()
 	prefix := "kw-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-").Replace(t.Name()))
 	on := true
-	kc := &config.KafkaSink{
+	kc := &kafka.Config{
 		Brokers: []string{addr}, Topic: prefix + ".{group}.{resource}", ContentMode: mode, Tombstones: &on,
-		CreateTopics:   &config.KafkaCreateTopics{Partitions: 3, ReplicationFactor: 1},
+		CreateTopics:   &kafka.CreateTopics{Partitions: 3, ReplicationFactor: 1},
 		RequestTimeout: config.NewDuration(10 * time.Second), DialTimeout: config.NewDuration(2 * time.Second),
 	}
-	s, err := kafka.New(config.Sink{Name: "kafka", Type: config.SinkTypeKafka, Kafka: kc}, sinks.Deps{})
+	s, err := kafka.New("kafka", kc, sinks.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	connectSink(t, s)
-	return s, config.KafkaTopic(kc.Topic, "", sinktest.Resource.GVR.Group, "", sinktest.Resource.GVR.Resource)
+	return s, kafka.TopicName(kc.Topic, "", sinktest.Resource.GVR.Group, "", sinktest.Resource.GVR.Resource)
 }
 
 func kafkaView(t *testing.T, cfg consumer.KafkaConfig) *consumer.View {

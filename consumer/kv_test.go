@@ -13,13 +13,14 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testkit"
+	natssink "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
 // withKV makes the sink keep the bucket too.
-func withKV(bucket string) func(*config.NATSSink) {
-	return func(n *config.NATSSink) {
-		n.JetStream.KV = &config.NATSKV{Bucket: bucket, Create: true, Storage: config.NATSStorageMemory}
+func withKV(bucket string) func(*natssink.Config) {
+	return func(n *natssink.Config) {
+		n.JetStream.KV = &natssink.KV{Bucket: bucket, Create: true, Storage: natssink.StorageMemory}
 	}
 }
 

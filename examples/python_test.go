@@ -140,16 +140,16 @@ func TestThePythonConsumerPrintsKubewiresEventsFromJetStream(t *testing.T) {
 	for _, mode := range []string{config.ContentModeBinary, config.ContentModeStructured} {
 		t.Run(mode, func(t *testing.T) {
 			stream := "KW" + strings.ToUpper(mode)
-			sc := config.Sink{Name: "js", Type: config.SinkTypeNATS, NATS: &config.NATSSink{
-				Mode: config.NATSModeJetStream, Servers: []string{srv.ClientURL()}, ContentMode: mode,
+			sc := config.Sink{Name: "js", Type: kwnats.Type, Block: &kwnats.Config{
+				Mode: kwnats.ModeJetStream, Servers: []string{srv.ClientURL()}, ContentMode: mode,
 				Subject:   stream + ".{cluster}.{group}.{version}.{resource}.{namespace}.{name}",
-				JetStream: &config.NATSJetStream{Stream: &config.NATSStream{Name: stream}},
+				JetStream: &kwnats.JetStream{Stream: &kwnats.Stream{Name: stream}},
 			}}
 			c := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "demo",
 				Resources: []config.Resource{{Group: "demo.kubewire.io", Version: "v1", Resource: "widgets", Sinks: []string{"js"}}},
 				Sinks:     []config.Sink{sc}}
 			c.ApplyDefaults()
-			s, err := kwnats.New(c.Sinks[0], sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			s, err := kwnats.Spec.New(c.Sinks[0].Name, c.Sinks[0].Block, sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,11 +175,11 @@ func TestThePythonConsumerPrintsKubewiresEventsAndTombstonesFromKafka(t *testing
 		t.Run(mode, func(t *testing.T) {
 			on := true
 			topic := "py-" + mode + ".{resource}"
-			s, err := kafka.New(config.Sink{Name: "kafka", Type: config.SinkTypeKafka, Kafka: &config.KafkaSink{
+			s, err := kafka.New("kafka", &kafka.Config{
 				Brokers: []string{addr}, Topic: topic, ContentMode: mode, Tombstones: &on,
-				CreateTopics:   &config.KafkaCreateTopics{Partitions: 1, ReplicationFactor: 1},
+				CreateTopics:   &kafka.CreateTopics{Partitions: 1, ReplicationFactor: 1},
 				RequestTimeout: config.NewDuration(10 * time.Second), DialTimeout: config.NewDuration(2 * time.Second),
-			}}, sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			}, sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}

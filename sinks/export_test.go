@@ -18,8 +18,8 @@ func OpenTestSpool(opt SpoolOptions) (*TestSpool, error) {
 	return &TestSpool{s}, err
 }
 
-// Record encodes it as the dispatcher spools it.
-func Record(it *Item) ([]byte, error) {
+// SpoolRecord encodes it as the dispatcher spools it.
+func SpoolRecord(it *Item) ([]byte, error) {
 	ev, err := it.Event()
 	if err != nil {
 		return nil, err

@@ -77,23 +77,89 @@ type Deps struct {
 	Logger *slog.Logger
 }
 
-// Factory builds an adapter from its validated config.
-type Factory func(cfg config.Sink, deps Deps) (Sink, error)
+// Spec describes one sink type: its config block and how a sink of that
+// type is built. Each adapter package exports its Spec; the program lists
+// the specs it ships in one Registry. Optional capabilities of a type (a
+// reader of its own stream, its metrics) are found by type assertion on the
+// block or on the sink, so the Spec stays this small.
+type Spec struct {
+	// Type is the value of a sink's type field, and the name of its block.
+	Type string
+	// NewConfig returns a new, zero block, which config decodes the file's
+	// block into.
+	NewConfig func() config.SinkBlock
+	// New builds a sink called name from its block. The block has been
+	// validated, but may be nil or not yet defaulted when the configuration
+	// was built in code; New defaults a copy.
+	New func(name string, block config.SinkBlock, deps Deps) (Sink, error)
+	// Schema is the JSON Schema of the block, for the Helm chart's
+	// values.schema.json (make manifests writes it there). It need not
+	// repeat every rule Validate has; kubewire checks the block in full.
+	Schema string
+}
 
-// Registry maps a sink type (the config's `type`) to its factory.
-type Registry map[string]Factory
+// NewSpec is the Spec of a sink type whose block is a C, with newSink
+// receiving a defaulted copy of the block as a *C.
+func NewSpec[C any, PC interface {
+	*C
+	config.SinkBlock
+}](typ, schema string, newSink func(name string, cfg PC, deps Deps) (Sink, error)) Spec {
+	return Spec{
+		Type:      typ,
+		NewConfig: func() config.SinkBlock { return PC(new(C)) },
+		New: func(name string, block config.SinkBlock, deps Deps) (Sink, error) {
+			c := new(C)
+			switch b := block.(type) {
+			case nil:
+			case PC:
+				if b != nil {
+					*c = *b
+				}
+			default:
+				return nil, fmt.Errorf("the %s block is a %T, not a %T", typ, block, PC(c))
+			}
+			PC(c).Default()
+			return newSink(name, PC(c), deps)
+		},
+		Schema: schema,
+	}
+}
+
+// Registry maps a sink type (the config's `type`) to its Spec. It is the
+// config.SinkTypes that loading decodes sink blocks with.
+type Registry map[string]Spec
+
+var _ config.SinkTypes = Registry(nil)
+
+// NewRegistry returns a registry of specs.
+func NewRegistry(specs ...Spec) Registry {
+	r := Registry{}
+	for _, s := range specs {
+		r[s.Type] = s
+	}
+	return r
+}
 
 // New builds the sink cfg describes.
 func (r Registry) New(cfg config.Sink, deps Deps) (Sink, error) {
-	f, ok := r[cfg.Type]
+	spec, ok := r[cfg.Type]
 	if !ok {
 		return nil, fmt.Errorf("sink %q: no adapter for type %q (have %v)", cfg.Name, cfg.Type, r.Types())
 	}
-	s, err := f(cfg, deps)
+	s, err := spec.New(cfg.Name, cfg.Block, deps)
 	if err != nil {
 		return nil, fmt.Errorf("sink %q (%s): %w", cfg.Name, cfg.Type, err)
 	}
 	return s, nil
+}
+
+// NewBlock returns a new, zero block of type typ.
+func (r Registry) NewBlock(typ string) (config.SinkBlock, bool) {
+	spec, ok := r[typ]
+	if !ok {
+		return nil, false
+	}
+	return spec.NewConfig(), true
 }
 
 // Types lists the registered sink types, sorted.
@@ -104,4 +170,24 @@ func (r Registry) Types() []string {
 	}
 	sort.Strings(ts)
 	return ts
+}
+
+// Reader is implemented by a sink's config block when its broker keeps what
+// the sink sent, so that `kubewire verify` can read it back.
+type Reader interface {
+	// ReadBack reads everything the broker holds of the sink's stream for
+	// routes, from the beginning up to where it ended when reading began,
+	// and calls fn for each record in order within its partition.
+	ReadBack(ctx context.Context, routes []config.Route, fn func(Record) error) error
+}
+
+// Record is one record read back from a sink's stream.
+type Record struct {
+	// Partition names the ordered part of the stream the record is in (a
+	// topic's partition, say); the consumer's rule applies per partition.
+	Partition string
+	// Key is the record's partition key.
+	Key string
+	// Event is the event, or nil for a tombstone of Key.
+	Event *event.Event
 }

@@ -20,7 +20,7 @@ func BenchmarkSpool(b *testing.B) {
 	r := informer.NewResource("bench", k.GVR, k.Kind, k.Namespaced)
 	u := k.Cached(benchdata.DefaultSeed, 0, 2)
 	it := sinks.NewItem(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: u, Observed: time.Now()})
-	rec, err := sinks.Record(it)
+	rec, err := sinks.SpoolRecord(it)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func BenchmarkSpool(b *testing.B) {
 			b.SetBytes(int64(len(rec)))
 			b.ReportAllocs()
 			for b.Loop() {
-				rec, err := sinks.Record(it)
+				rec, err := sinks.SpoolRecord(it)
 				if err != nil {
 					b.Fatal(err)
 				}

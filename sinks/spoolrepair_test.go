@@ -25,7 +25,7 @@ func TestASpoolLeftByAKilledProcessIsReadWhole(t *testing.T) {
 	const n = 50
 	var size int64
 	for rv := 1; rv <= n; rv++ {
-		rec, err := sinks.Record(sinks.NewItem(change(informer.OpUpdated, "cm0", rv)))
+		rec, err := sinks.SpoolRecord(sinks.NewItem(change(informer.OpUpdated, "cm0", rv)))
 		if err != nil {
 			t.Fatal(err)
 		}

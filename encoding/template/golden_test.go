@@ -14,7 +14,9 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks/kafka"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
 
@@ -62,22 +64,22 @@ func eventOf(t *testing.T, o object) *event.Event {
 }
 
 // kafkaTopic is the Kafka sink's topic of ev: the resource of its source,
-// expanded by config.KafkaTopic (what the sink, verify and tail call).
+// expanded by kafka.TopicName (what the sink, verify and tail call).
 func kafkaTopic(t *testing.T, tmpl string, ev *event.Event) string {
 	t.Helper()
 	p := strings.Split(strings.TrimPrefix(ev.Source(), "/"), "/")
 	switch len(p) {
 	case 5:
-		return config.KafkaTopic(tmpl, p[1], "", p[3], p[4])
+		return kafka.TopicName(tmpl, p[1], "", p[3], p[4])
 	case 6:
-		return config.KafkaTopic(tmpl, p[1], p[3], p[4], p[5])
+		return kafka.TopicName(tmpl, p[1], p[3], p[4], p[5])
 	}
 	t.Fatalf("source %q", ev.Source())
 	return ""
 }
 
 var kafkaTemplates = []string{
-	config.DefaultKafkaTopic,
+	kafka.DefaultTopic,
 	"kw.{cluster}.{group}.{version}.{resource}",
 	"fixed-topic",
 	"{resource}",
@@ -86,7 +88,7 @@ var kafkaTemplates = []string{
 }
 
 var natsTemplates = []string{
-	config.DefaultNATSSubject,
+	kwnats.DefaultSubject,
 	"kubewire.{resource}.{namespace}.{name}",
 	"a.{kind}.{name}",
 	"pre{cluster}post.x{group}.{version}v.{resource}-r",
@@ -149,15 +151,15 @@ func record(t *testing.T) []string {
 		}
 	}
 	for _, tmpl := range natsTemplates {
-		printf("stream %q => %q", tmpl, config.NATSStreamSubject(tmpl))
+		printf("stream %q => %q", tmpl, kwnats.StreamSubject(tmpl))
 	}
 
 	for _, tmpl := range badKafkaTemplates {
-		_, err := config.Parse([]byte(fmt.Sprintf(kafkaConfig, tmpl)))
+		_, err := config.Parse([]byte(fmt.Sprintf(kafkaConfig, tmpl)), app.DefaultRegistry())
 		printf("kafka-invalid %q => %v", tmpl, err)
 	}
 	for _, tmpl := range badNATSTemplates {
-		printf("nats-invalid %q => %v", tmpl, config.ValidateNATSSubjectTemplate(nil, tmpl).ToAggregate())
+		printf("nats-invalid %q => %v", tmpl, kwnats.ValidateSubjectTemplate(nil, tmpl).ToAggregate())
 		_, err := kwnats.CompileTemplate(tmpl)
 		printf("nats-compile %q => %v", tmpl, err)
 	}

@@ -26,12 +26,12 @@ import (
 func kafkaSink(t *testing.T, addr string) (sinks.Sink, string) {
 	t.Helper()
 	on := true
-	kc := &config.KafkaSink{
+	kc := &kafka.Config{
 		Brokers: []string{addr}, Topic: "audit.{resource}", Tombstones: &on,
-		CreateTopics:   &config.KafkaCreateTopics{Partitions: 1, ReplicationFactor: 1},
+		CreateTopics:   &kafka.CreateTopics{Partitions: 1, ReplicationFactor: 1},
 		RequestTimeout: config.NewDuration(10 * time.Second), DialTimeout: config.NewDuration(2 * time.Second),
 	}
-	s, err := kafka.New(config.Sink{Name: "kafka", Type: config.SinkTypeKafka, Kafka: kc}, sinks.Deps{})
+	s, err := kafka.New("kafka", kc, sinks.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,16 +48,16 @@ func TestTheAutomationsInformerHandlerReactsToConfigMapChangesFromJetStream(t *t
 	c := &config.Config{
 		APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "demo",
 		Resources: []config.Resource{{Version: "v1", Resource: "configmaps", Sinks: []string{"js"}}},
-		Sinks: []config.Sink{{Name: "js", Type: config.SinkTypeNATS, NATS: &config.NATSSink{
-			Mode: config.NATSModeJetStream, Servers: []string{srv.ClientURL()},
-			JetStream: &config.NATSJetStream{Stream: &config.NATSStream{Name: "KUBEWIRE"}},
+		Sinks: []config.Sink{{Name: "js", Type: kwnats.Type, Block: &kwnats.Config{
+			Mode: kwnats.ModeJetStream, Servers: []string{srv.ClientURL()},
+			JetStream: &kwnats.JetStream{Stream: &kwnats.Stream{Name: "KUBEWIRE"}},
 		}}},
 	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := kwnats.New(c.Sinks[0], sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := kwnats.Spec.New(c.Sinks[0].Name, c.Sinks[0].Block, sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,13 +30,10 @@ import (
 	"github.com/kubewire/kubewire/sinks/stdout"
 )
 
-// DefaultRegistry returns every sink adapter kubewire ships.
+// DefaultRegistry returns every sink type kubewire ships. Adding a sink
+// type is adding its package's Spec here.
 func DefaultRegistry() sinks.Registry {
-	r := sinks.Registry{}
-	stdout.Register(r)
-	kafka.Register(r)
-	natssink.Register(r)
-	return r
+	return sinks.NewRegistry(stdout.Spec, natssink.Spec, kafka.Spec)
 }
 
 // Options are what Run needs besides the config.

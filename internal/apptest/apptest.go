@@ -35,7 +35,7 @@ type Kubewire struct {
 // Start runs kubewire with cfgYAML against rc until the test ends.
 func Start(t *testing.T, cfgYAML string, rc *rest.Config) *Kubewire {
 	t.Helper()
-	cfg, err := config.Parse([]byte(cfgYAML))
+	cfg, err := config.Parse([]byte(cfgYAML), app.DefaultRegistry())
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/verify"
 	"github.com/kubewire/kubewire/internal/version"
+	"github.com/kubewire/kubewire/sinks"
 )
 
 // Exit codes.
@@ -349,7 +350,7 @@ func (f *electionFlags) config() (leader.Config, error) {
 // a directory, no permission) is a usage error: the path on the command
 // line is wrong, and retrying will not help.
 func loadConfig(path string) (*config.Config, error) {
-	cfg, err := config.Load(path)
+	cfg, err := config.Load(path, app.DefaultRegistry())
 	var ce *config.Error
 	switch {
 	case err == nil || errors.As(err, &ce):
@@ -378,7 +379,7 @@ func readableSink(cfg *config.Config, name, purpose string) error {
 		}
 		return usageError{fmt.Errorf("--sink %q: no such sink in the config (defined: %s)", name, strings.Join(names, ", "))}
 	}
-	if sc.Type != config.SinkTypeKafka && sc.Type != config.SinkTypeNATS {
+	if _, ok := sc.Block.(sinks.Reader); !ok {
 		return usageError{fmt.Errorf("--sink %q: a %s sink keeps nothing to read back; name a kafka or nats (jetstream) sink", name, sc.Type)}
 	}
 	for _, r := range cfg.Resources {

@@ -80,7 +80,7 @@ that stdout holds only CloudEvents.`,
 				return err
 			}
 			sc, _ := cfg.Sink(f.sink)
-			if sc.Type == config.SinkTypeNATS && sc.NATS.Mode != config.NATSModeJetStream {
+			if n, ok := sc.Block.(*kwnats.Config); ok && n.Mode != kwnats.ModeJetStream {
 				return usageError{fmt.Errorf("--sink %q: a core NATS sink keeps nothing to read back; name a jetstream sink, or use nats sub", f.sink)}
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -205,16 +205,16 @@ func runTail(ctx context.Context, cfg *config.Config, sc *config.Sink, f tailFla
 // resource routed to it), or one for the sink's JetStream stream. what
 // names what is read, for people.
 func tailSources(ctx context.Context, cfg *config.Config, sc *config.Sink, v *consumer.View, fromEnd bool) (runs []func(context.Context) error, what string, closeFn func(), err error) {
-	switch sc.Type {
-	case config.SinkTypeKafka:
-		d, err := kafka.Dialer(*sc)
+	switch blk := sc.Block.(type) {
+	case *kafka.Config:
+		d, err := kafka.Dialer(blk)
 		if err != nil {
 			return nil, "", nil, err
 		}
-		k := sc.Kafka.Defaulted()
+		k := blk.Defaulted()
 		var topics []string
 		for _, rc := range cfg.Resources {
-			t := config.KafkaTopic(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)
+			t := kafka.TopicName(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)
 			if slices.Contains(rc.Sinks, sc.Name) && !slices.Contains(topics, t) {
 				topics = append(topics, t)
 			}
@@ -227,10 +227,10 @@ func tailSources(ctx context.Context, cfg *config.Config, sc *config.Sink, v *co
 			runs = append(runs, s.Run)
 		}
 		return runs, "topic " + strings.Join(topics, ", "), func() {}, nil
-	case config.SinkTypeNATS:
+	case *kwnats.Config:
 		octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
 		defer ocancel()
-		nc, js, stream, err := kwnats.OpenStream(octx, *sc)
+		nc, js, stream, err := kwnats.OpenStream(octx, blk)
 		if err != nil {
 			return nil, "", nil, err
 		}

@@ -17,12 +17,11 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
-	"github.com/kubewire/kubewire/sinks/kafka"
-	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -89,14 +88,14 @@ func newTailEnv(t *testing.T) *tailEnv {
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 
 	env := &tailEnv{path: write(t, fmt.Sprintf(tailConfig, kc.ListenAddrs()[0], srv.ClientURL())), sinks: map[string]sinks.Sink{}}
-	cfg, err := config.Load(env.path)
+	cfg, err := config.Load(env.path, app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	deps := sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	for name, build := range map[string]func(config.Sink, sinks.Deps) (sinks.Sink, error){"events": kafka.New, "js": kwnats.New} {
+	for _, name := range []string{"events", "js"} {
 		sc, _ := cfg.Sink(name)
-		s, err := build(*sc, deps)
+		s, err := app.DefaultRegistry().New(*sc, deps)
 		if err != nil {
 			t.Fatal(err)
 		}

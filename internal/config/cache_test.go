@@ -21,7 +21,7 @@ func TestCacheModesAreValidatedPerResource(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Parse([]byte("apiVersion: kubewire.io/v1alpha1\nkind: Config\ncluster: c\nsinks: [{name: out, type: stdout}]\nresources:\n  - " + c.resource + "\n"))
+			_, err := Parse([]byte("apiVersion: kubewire.io/v1alpha1\nkind: Config\ncluster: c\nsinks: [{name: out, type: stdout}]\nresources:\n  - "+c.resource+"\n"), testTypes{})
 			if c.wantErr == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)

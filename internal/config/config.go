@@ -37,17 +37,6 @@ func Operations() []string {
 	return []string{OpAdded, OpUpdated, OpDeleted, OpSynced}
 }
 
-// SinkTypeStdout is the sink type that writes CloudEvents to standard
-// output.
-const SinkTypeStdout = "stdout"
-
-// sinkTypes lists the supported sink types. Adding a sink type means adding
-// it here, adding its block to Sink and adding that block to Sink.blocks.
-var sinkTypes = []string{SinkTypeStdout, SinkTypeNATS, SinkTypeKafka}
-
-// SinkTypes lists the supported sink types.
-func SinkTypes() []string { return slices.Clone(sinkTypes) }
-
 // Config is the root of a kubewire configuration file.
 type Config struct {
 	// APIVersion must be APIVersion.
@@ -198,25 +187,28 @@ func (r Resource) PerNamespaceWatch() bool {
 	return r.IsSecrets()
 }
 
-// Sink is one destination for events. Exactly the block matching Type may be
-// set; for types whose block has no required fields the block may be omitted.
+// Sink is one destination for events. Its type-specific block (the kafka
+// block of a sink of type kafka, say) is written under the type's name and
+// decoded by the sink type's own package (see SinkBlock); every sink has the
+// common fields below.
 type Sink struct {
 	// Name identifies the sink; resources refer to it. A DNS-1123 label.
 	Name string `json:"name"`
-	// Type is one of SinkTypes().
+	// Type is one of the registered sink types (SinkTypes.Types).
 	Type string `json:"type"`
-	// Stdout configures a sink of type "stdout".
-	Stdout *StdoutSink `json:"stdout,omitempty"`
-	// NATS configures a sink of type "nats" (see nats.go).
-	NATS *NATSSink `json:"nats,omitempty"`
-	// Kafka configures a sink of type "kafka" (see kafka.go).
-	Kafka *KafkaSink `json:"kafka,omitempty"`
+	// Block is the decoded type-specific block; nil means every field at
+	// its default. Load and Parse set it for every sink of a known type.
+	Block SinkBlock `json:"-"`
 	// Overflow is what happens when the sink's in-memory buffer is full:
 	// "spool" (default) moves events, in order, to a FIFO on disk;
 	// "conflate" folds queued changes of one object into its newest.
 	Overflow string `json:"overflow,omitempty"`
 	// Spool bounds and tunes the disk spool of overflow: spool.
 	Spool SpoolConfig `json:"spool"`
+
+	// blockMissing records that a required block was omitted (and
+	// reported), so that validation does not also report its fields.
+	blockMissing bool
 }
 
 // Overflow policies of a sink.
@@ -245,28 +237,6 @@ type SpoolConfig struct {
 	// Fsync is when spooled events are synced to disk: "always",
 	// "interval" (default) or "never".
 	Fsync string `json:"fsync,omitempty"`
-}
-
-// StdoutSink configures a sink that writes CloudEvents to standard output as
-// JSON.
-type StdoutSink struct {
-	// Pretty indents the JSON of each event.
-	Pretty bool `json:"pretty,omitempty"`
-}
-
-// sinkBlock is a type-specific block of a Sink.
-type sinkBlock struct {
-	name string // JSON field name, equal to the sink type it belongs to
-	set  bool
-}
-
-// blocks returns every type-specific block of s and whether it is set.
-func (s *Sink) blocks() []sinkBlock {
-	return []sinkBlock{
-		{name: SinkTypeStdout, set: s.Stdout != nil},
-		{name: SinkTypeNATS, set: s.NATS != nil},
-		{name: SinkTypeKafka, set: s.Kafka != nil},
-	}
 }
 
 // Sink returns the sink called name.

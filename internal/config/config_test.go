@@ -11,7 +11,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks/stdout"
 )
 
 // base is a valid configuration that the bad-config cases modify.
@@ -59,7 +61,7 @@ func edit(pairs ...string) string {
 }
 
 func TestTheBaseConfigIsValid(t *testing.T) {
-	if _, err := config.Parse([]byte(base)); err != nil {
+	if _, err := config.Parse([]byte(base), app.DefaultRegistry()); err != nil {
 		t.Fatalf("base config: %v", err)
 	}
 }
@@ -243,7 +245,7 @@ func TestBadConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 		{
 			name: "An unsupported sink type lists the supported types.",
 			yaml: edit("    type: stdout\n    stdout:\n      pretty: false\n", "    type: pulsar\n"),
-			want: []string{`sinks[0].type: Unsupported value: "pulsar"`, `supported values: "stdout"`},
+			want: []string{`sinks[0].type: Unsupported value: "pulsar"`, `supported values: "kafka", "nats", "stdout"`},
 		},
 		{
 			name: "A block for a type other than the sink's type is forbidden.",
@@ -253,7 +255,7 @@ func TestBadConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 		{
 			name: "A sink without a type is rejected.",
 			yaml: edit("    type: stdout\n", ""),
-			want: []string{"sinks[0].type: Required value", `supported types: "stdout"`},
+			want: []string{"sinks[0].type: Required value", `supported types: "kafka", "nats", "stdout"`},
 		},
 		{
 			name: "A namespace that is not a DNS-1123 label is rejected.",
@@ -299,7 +301,7 @@ func TestBadConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := config.Parse([]byte(tc.yaml))
+			cfg, err := config.Parse([]byte(tc.yaml), app.DefaultRegistry())
 			if err == nil {
 				t.Fatalf("Parse succeeded; want an error containing %q", tc.want)
 			}
@@ -329,7 +331,7 @@ func TestAllIndependentErrorsAreReportedTogether(t *testing.T) {
 		"burst: 100", "burst: 1", // semantic: burst < qps
 		"labelSelector: app=web", `labelSelector: "=="`, // semantic: bad selector
 	)
-	_, err := config.Parse([]byte(yaml))
+	_, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	var cerr *config.Error
 	if !errors.As(err, &cerr) {
 		t.Fatalf("error is %T, want *config.Error: %v", err, err)
@@ -353,7 +355,7 @@ func TestLoadPrefixesEveryErrorLineWithTheFileName(t *testing.T) {
 	if err := os.WriteFile(path, []byte(edit("cluster: demo", "cluster: BAD", "qps: 50", "qps: -1")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := config.Load(path)
+	_, err := config.Load(path, app.DefaultRegistry())
 	// Wrapping must not hide the type from cmd/.
 	wrapped := fmt.Errorf("validate: %w", err)
 	var cerr *config.Error
@@ -375,7 +377,7 @@ func TestLoadPrefixesEveryErrorLineWithTheFileName(t *testing.T) {
 }
 
 func TestLoadOfAMissingFileIsNotAConfigError(t *testing.T) {
-	_, err := config.Load(filepath.Join(t.TempDir(), "absent.yaml"))
+	_, err := config.Load(filepath.Join(t.TempDir(), "absent.yaml"), app.DefaultRegistry())
 	if err == nil {
 		t.Fatal("Load of a missing file succeeded")
 	}
@@ -401,7 +403,7 @@ sinks:
 `
 
 func TestOmittedFieldsGetTheirDefaults(t *testing.T) {
-	cfg, err := config.Parse([]byte(minimal))
+	cfg, err := config.Parse([]byte(minimal), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,13 +427,13 @@ func TestOmittedFieldsGetTheirDefaults(t *testing.T) {
 	if !r.AllNamespaces() {
 		t.Error("a resource without namespaces should watch all namespaces")
 	}
-	if cfg.Sinks[0].Stdout == nil || cfg.Sinks[0].Stdout.Pretty {
-		t.Errorf("stdout block = %+v, want a non-nil block with pretty false", cfg.Sinks[0].Stdout)
+	if b, ok := cfg.Sinks[0].Block.(*stdout.Config); !ok || b.Pretty {
+		t.Errorf("stdout block = %#v, want a non-nil block with pretty false", cfg.Sinks[0].Block)
 	}
 }
 
 func TestAnOmittedBurstFollowsAQPSAboveTheDefaultBurst(t *testing.T) {
-	cfg, err := config.Parse([]byte(minimal + "client:\n  qps: 250.5\n"))
+	cfg, err := config.Parse([]byte(minimal+"client:\n  qps: 250.5\n"), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +446,7 @@ func TestAZeroSnapshotIntervalDisablesPeriodicSnapshots(t *testing.T) {
 	for _, v := range []string{"0", "0s", `"0"`} {
 		t.Run("snapshotInterval "+v, func(t *testing.T) {
 			yaml := strings.Replace(minimal, "    sinks: [out]\n", "    sinks: [out]\n    snapshotInterval: "+v+"\n", 1)
-			cfg, err := config.Parse([]byte(yaml))
+			cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -460,7 +462,7 @@ func TestAZeroSnapshotIntervalDisablesPeriodicSnapshots(t *testing.T) {
 }
 
 func TestExplicitValuesAreKept(t *testing.T) {
-	cfg, err := config.Parse([]byte(base + "\n"))
+	cfg, err := config.Parse([]byte(base+"\n"), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +479,7 @@ func TestExplicitValuesAreKept(t *testing.T) {
 	if got := cfg.Resources[1].GVR(); got.Group != "demo.kubewire.io" || got.Resource != "widgets" {
 		t.Errorf("GVR = %v", got)
 	}
-	if s, ok := cfg.Sink("out"); !ok || s.Type != config.SinkTypeStdout {
+	if s, ok := cfg.Sink("out"); !ok || s.Type != stdout.Type {
 		t.Errorf("Sink(out) = %+v, %v", s, ok)
 	}
 	if _, ok := cfg.Sink("missing"); ok {
@@ -500,7 +502,7 @@ func TestEmitsFollowsTheOperationsList(t *testing.T) {
 }
 
 func TestTheEmbeddedExampleIsValid(t *testing.T) {
-	cfg, err := config.Parse(config.ExampleYAML)
+	cfg, err := config.Parse(config.ExampleYAML, app.DefaultRegistry())
 	if err != nil {
 		t.Fatalf("ExampleYAML: %v", err)
 	}
@@ -518,10 +520,10 @@ func TestTheEmbeddedExampleIsValid(t *testing.T) {
 	if got := strings.Join(gvrs, " "); got != want {
 		t.Errorf("resources = %s, want %s", got, want)
 	}
-	if len(cfg.Sinks) != 1 || cfg.Sinks[0].Type != config.SinkTypeStdout {
+	if len(cfg.Sinks) != 1 || cfg.Sinks[0].Type != stdout.Type {
 		t.Errorf("sinks = %+v, want one stdout sink", cfg.Sinks)
 	}
-	if d := config.Default(); d.Cluster != "demo" {
+	if d := config.Default(app.DefaultRegistry()); d.Cluster != "demo" {
 		t.Errorf("Default().Cluster = %q", d.Cluster)
 	}
 }
@@ -535,7 +537,7 @@ func TestAConfigBuiltInCodeCanBeDefaultedAndValidated(t *testing.T) {
 			Version: "v1", Resource: "secrets", Sinks: []string{"out"},
 			SnapshotInterval: config.NewDuration(0),
 		}},
-		Sinks: []config.Sink{{Name: "out", Type: config.SinkTypeStdout}},
+		Sinks: []config.Sink{{Name: "out", Type: stdout.Type}},
 	}
 	if err := cfg.Validate(); err == nil {
 		t.Error("validation before defaulting should fail (qps 0)")
@@ -554,9 +556,8 @@ func TestAConfigBuiltInCodeCanBeDefaultedAndValidated(t *testing.T) {
 }
 
 func TestSupportedListsAreCopies(t *testing.T) {
-	config.SinkTypes()[0] = "mutated"
 	config.Operations()[0] = "mutated"
-	if config.SinkTypes()[0] != config.SinkTypeStdout || config.Operations()[0] != config.OpAdded {
+	if config.Operations()[0] != config.OpAdded {
 		t.Error("callers can change the package's supported lists")
 	}
 }

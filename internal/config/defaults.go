@@ -30,7 +30,21 @@ const (
 // Parse, it cannot tell an explicit 0 from an omitted field, so zero numbers
 // are always replaced (use NewDuration(0) to keep a zero snapshotInterval).
 // It is idempotent.
-func (c *Config) ApplyDefaults() { applyDefaults(c, nil) }
+func (c *Config) ApplyDefaults() {
+	applyDefaults(c, nil)
+	defaultSinkBlocks(c)
+}
+
+// defaultSinkBlocks fills in the defaults of every sink's block. It runs
+// after validation when loading a file, so that a block's rules can tell
+// what the file left out.
+func defaultSinkBlocks(c *Config) {
+	for i := range c.Sinks {
+		if b := c.Sinks[i].Block; b != nil {
+			b.Default()
+		}
+	}
+}
 
 // applyDefaults fills in defaults. given holds the field paths that were
 // present in the file: a number written explicitly as 0 is left alone so
@@ -64,7 +78,7 @@ func applyDefaults(c *Config, given map[string]bool) {
 	if d.SpoolDir == "" {
 		d.SpoolDir = DefaultSpoolDir
 	}
-	if d.DrainTimeout.unset() {
+	if d.DrainTimeout.Unset() {
 		d.DrainTimeout.Duration = DefaultDrainTimeout
 	}
 
@@ -73,7 +87,7 @@ func applyDefaults(c *Config, given map[string]bool) {
 		if r.Operations == nil {
 			r.Operations = Operations()
 		}
-		if r.SnapshotInterval.unset() {
+		if r.SnapshotInterval.Unset() {
 			r.SnapshotInterval.Duration = DefaultSnapshotInterval
 		}
 		applyShapeDefaults(r)
@@ -81,9 +95,6 @@ func applyDefaults(c *Config, given map[string]bool) {
 
 	for i := range c.Sinks {
 		s := &c.Sinks[i]
-		if s.Type == SinkTypeStdout && s.Stdout == nil {
-			s.Stdout = &StdoutSink{}
-		}
 		if s.Overflow == "" {
 			s.Overflow = OverflowSpool
 		}
@@ -96,7 +107,7 @@ func applyDefaults(c *Config, given map[string]bool) {
 	}
 }
 
-// unset reports whether the duration was neither given nor defaulted.
-func (d Duration) unset() bool {
+// Unset reports whether the duration was neither given nor defaulted.
+func (d Duration) Unset() bool {
 	return !d.set && d.Duration == 0 && d.invalid == ""
 }

@@ -12,10 +12,11 @@ import (
 //go:embed example.yaml
 var ExampleYAML []byte
 
-// Default returns ExampleYAML parsed, defaulted and validated. It panics if
-// the embedded example is invalid, which the package's tests rule out.
-func Default() *Config {
-	cfg, err := Parse(ExampleYAML)
+// Default returns ExampleYAML parsed, defaulted and validated with the sink
+// types of types. It panics if the embedded example is invalid, which the
+// package's tests rule out.
+func Default(types SinkTypes) *Config {
+	cfg, err := Parse(ExampleYAML, types)
 	if err != nil {
 		panic(fmt.Sprintf("config: embedded example.yaml is invalid: %v", err))
 	}

@@ -16,38 +16,20 @@ type FileRef struct {
 // `kubewire validate --kubeconfig` checks that each exists.
 func (c *Config) Files() []FileRef {
 	var refs []FileRef
-	add := func(p *field.Path, path string) {
-		if path != "" {
-			refs = append(refs, FileRef{Field: p, Path: path})
-		}
-	}
 	for i := range c.Sinks {
-		sp := field.NewPath("sinks").Index(i)
-		if k := c.Sinks[i].Kafka; k != nil {
-			kp := sp.Child("kafka")
-			if t := k.TLS; t != nil {
-				add(kp.Child("tls", "caFile"), t.CAFile)
-				add(kp.Child("tls", "certFile"), t.CertFile)
-				add(kp.Child("tls", "keyFile"), t.KeyFile)
-			}
-			if s := k.SASL; s != nil {
-				add(kp.Child("sasl", "passwordFile"), s.PasswordFile)
-			}
-		}
-		if n := c.Sinks[i].NATS; n != nil {
-			np := sp.Child("nats")
-			if t := n.TLS; t != nil {
-				add(np.Child("tls", "caFile"), t.CAFile)
-				add(np.Child("tls", "certFile"), t.CertFile)
-				add(np.Child("tls", "keyFile"), t.KeyFile)
-			}
-			if a := n.Auth; a != nil {
-				add(np.Child("auth", "credsFile"), a.CredsFile)
-				add(np.Child("auth", "nkeySeedFile"), a.NkeySeedFile)
-				add(np.Child("auth", "passwordFile"), a.PasswordFile)
-				add(np.Child("auth", "tokenFile"), a.TokenFile)
-			}
+		s := &c.Sinks[i]
+		if f, ok := s.Block.(interface{ Files(*field.Path) []FileRef }); ok {
+			refs = append(refs, f.Files(field.NewPath("sinks").Index(i).Child(s.Type))...)
 		}
 	}
 	return refs
+}
+
+// AddFile appends a FileRef for path to refs, unless path is empty; for
+// sink blocks' Files.
+func AddFile(refs []FileRef, p *field.Path, path string) []FileRef {
+	if path == "" {
+		return refs
+	}
+	return append(refs, FileRef{Field: p, Path: path})
 }

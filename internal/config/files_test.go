@@ -1,17 +1,28 @@
-package config
+package config_test
 
 import (
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kubewire/kubewire/internal/app"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	natssink "github.com/kubewire/kubewire/sinks/nats"
 )
 
 // TestFilesListsEveryFileFieldOfTheConfiguration sets, by reflection, every
-// string field whose JSON name ends in "File" to its own path, so a file
-// field added later without a line in Files fails here.
+// string field whose JSON name ends in "File" to its own path, in a block of
+// every sink type kubewire ships, so a file field added later without a line
+// in its block's Files fails here.
 func TestFilesListsEveryFileFieldOfTheConfiguration(t *testing.T) {
-	c := &Config{Sinks: []Sink{{}}}
+	reg := app.DefaultRegistry()
+	c := &config.Config{}
+	for _, typ := range reg.Types() {
+		blk, _ := reg.NewBlock(typ)
+		c.Sinks = append(c.Sinks, config.Sink{Type: typ, Block: blk})
+	}
 	var want []string
 	var fill func(v reflect.Value, path string)
 	fill = func(v reflect.Value, path string) {
@@ -45,7 +56,9 @@ func TestFilesListsEveryFileFieldOfTheConfiguration(t *testing.T) {
 			}
 		}
 	}
-	fill(reflect.ValueOf(c).Elem(), "")
+	for i, s := range c.Sinks {
+		fill(reflect.ValueOf(s.Block).Elem(), "sinks["+string(rune('0'+i))+"]."+s.Type)
+	}
 	if len(want) < 10 {
 		t.Fatalf("found only %d file fields by reflection: %v", len(want), want)
 	}
@@ -64,7 +77,10 @@ func TestFilesListsEveryFileFieldOfTheConfiguration(t *testing.T) {
 }
 
 func TestFilesLeavesOutUnsetFields(t *testing.T) {
-	c := &Config{Sinks: []Sink{{Kafka: &KafkaSink{TLS: &KafkaTLS{CAFile: "/ca.pem"}}}, {NATS: &NATSSink{Auth: &NATSAuth{TokenEnv: "T"}}}}}
+	c := &config.Config{Sinks: []config.Sink{
+		{Type: kafka.Type, Block: &kafka.Config{TLS: &kafka.TLS{CAFile: "/ca.pem"}}},
+		{Type: natssink.Type, Block: &natssink.Config{Auth: &natssink.Auth{TokenEnv: "T"}}},
+	}}
 	files := c.Files()
 	if len(files) != 1 || files[0].Field.String() != "sinks[0].kafka.tls.caFile" || files[0].Path != "/ca.pem" {
 		t.Fatalf("Files() = %v, want only sinks[0].kafka.tls.caFile", files)

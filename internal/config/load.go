@@ -17,24 +17,26 @@ import (
 )
 
 // Load reads, decodes, defaults and validates the configuration file at
-// path. Problems with the file's contents are returned as a *Error naming
-// the file; failure to read the file is returned as is (wrapped).
-func Load(path string) (*Config, error) {
+// path, with each sink's block decoded by its type in types. Problems with
+// the file's contents are returned as a *Error naming the file; failure to
+// read the file is returned as is (wrapped).
+func Load(path string, types SinkTypes) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return parse(data, path)
+	return parse(data, path, types)
 }
 
-// Parse decodes, defaults and validates a configuration. Every problem is
-// reported at once in a *Error.
-func Parse(data []byte) (*Config, error) {
-	return parse(data, "")
+// Parse decodes, defaults and validates a configuration, with each sink's
+// block decoded by its type in types. Every problem is reported at once in
+// a *Error.
+func Parse(data []byte, types SinkTypes) (*Config, error) {
+	return parse(data, "", types)
 }
 
-func parse(data []byte, file string) (*Config, error) {
-	cfg, errs := decode(data)
+func parse(data []byte, file string, types SinkTypes) (*Config, error) {
+	cfg, errs := decode(data, types)
 	if len(errs) > 0 {
 		return nil, &Error{File: file, Errors: errs}
 	}
@@ -43,7 +45,7 @@ func parse(data []byte, file string) (*Config, error) {
 
 // decode turns YAML into a defaulted, validated Config. It returns a nil
 // Config when the input is too broken to say more than the returned errors.
-func decode(data []byte) (*Config, field.ErrorList) {
+func decode(data []byte, types SinkTypes) (*Config, field.ErrorList) {
 	var errs field.ErrorList
 
 	if n := countDocuments(data); n > 1 {
@@ -84,10 +86,12 @@ func decode(data []byte) (*Config, field.ErrorList) {
 	tc := typeChecker{given: map[string]bool{}}
 	tc.check(tree, reflect.TypeFor[Config](), nil)
 	errs = append(errs, tc.errs...)
-	if len(tc.errs) > 0 {
-		if j, err = json.Marshal(tree); err != nil {
-			return nil, append(errs, fileError("internal error: "+err.Error()))
-		}
+	tc.errs = nil
+	// Sink blocks are decoded by their own types below; the typed decoding
+	// of the file sees only the fields every sink has.
+	blocks := takeSinkBlocks(tree)
+	if j, err = json.Marshal(tree); err != nil {
+		return nil, append(errs, fileError("internal error: "+err.Error()))
 	}
 
 	// Typed, strict decoding: reports every unknown and duplicate field.
@@ -99,15 +103,19 @@ func decode(data []byte) (*Config, field.ErrorList) {
 	for _, se := range strictErrs {
 		errs = append(errs, strictFieldError(se))
 	}
+	errs = append(errs, decodeSinkBlocks(cfg, blocks, types, &tc)...)
+	errs = append(errs, tc.errs...)
 
+	// Blocks are validated as the file gave them, then defaulted.
 	applyDefaults(cfg, tc.given)
-	for _, ve := range append(validate(cfg), validateExplicitZeros(cfg, tc.given)...) {
+	for _, ve := range validate(cfg, types, tc.given) {
 		// A value already reported for its type was dropped; errors about
 		// the resulting empty value would only be noise.
 		if !tc.covers(ve.Field) {
 			errs = append(errs, ve)
 		}
 	}
+	defaultSinkBlocks(cfg)
 	return cfg, errs
 }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
 )
 
@@ -43,7 +44,7 @@ func TestEachNamespaceGetsItsOwnWatchWhereTheConfigOrSecretsAskForIt(t *testing.
 			"    resource: configmaps\n", false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := config.Parse([]byte(nsConfig(tc.resource)))
+			cfg, err := config.Parse([]byte(nsConfig(tc.resource)), app.DefaultRegistry())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +63,7 @@ func TestEachNamespaceGetsItsOwnWatchWhereTheConfigOrSecretsAskForIt(t *testing.
 }
 
 func TestWatchPerNamespaceWithoutNamespacesIsRefusedWithItsPath(t *testing.T) {
-	_, err := config.Parse([]byte(nsConfig("    resource: configmaps\n    watchPerNamespace: true\n")))
+	_, err := config.Parse([]byte(nsConfig("    resource: configmaps\n    watchPerNamespace: true\n")), app.DefaultRegistry())
 	if err == nil {
 		t.Fatal("accepted watchPerNamespace: true without namespaces")
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -75,19 +74,10 @@ func (c *Config) Warnings() []string {
 			ws = append(ws, fmt.Sprintf("resources[%d]: %s", i, w))
 		}
 	}
-	for i, s := range c.Sinks {
-		if s.Type == SinkTypeKafka && s.Kafka != nil && s.Kafka.SASL != nil && s.Kafka.SASL.AllowInsecure && s.Kafka.TLS == nil {
-			ws = append(ws, fmt.Sprintf("sinks[%d].kafka.sasl.allowInsecure: true: SASL %s runs without TLS, so %s and every event cross the network in clear text",
-				i, saslMechanismName(s.Kafka.SASL.Mechanism), saslSecretName(s.Kafka.SASL.Mechanism)))
-		}
-		if s.Type == SinkTypeNATS && s.NATS != nil && s.NATS.Subject != "" && !strings.Contains(s.NATS.Subject, "{name}") {
-			ws = append(ws, fmt.Sprintf("sinks[%d].nats.subject: %q has no {name}: different objects share a subject, so consumers cannot select one object by subject, and per-subject limits or last-per-subject delivery mix objects",
-				i, s.NATS.Subject))
-		}
-		if s.Type == SinkTypeNATS && s.NATS != nil && s.NATS.Auth != nil && s.NATS.Auth.AllowInsecure && !s.NATS.usesTLS() {
-			if secret := natsClearSecret(s.NATS.Auth); secret != "" {
-				ws = append(ws, fmt.Sprintf("sinks[%d].nats.auth.allowInsecure: true: the %s and every event cross the network in clear text (no tls block and no tls:// server)", i, secret))
-			}
+	for i := range c.Sinks {
+		s := &c.Sinks[i]
+		if w, ok := s.Block.(interface{ Warnings(*field.Path) []string }); ok {
+			ws = append(ws, w.Warnings(field.NewPath("sinks").Index(i).Child(s.Type))...)
 		}
 	}
 	return ws
@@ -203,26 +193,4 @@ func validatePath(p *field.Path, s string, before []string) field.ErrorList {
 			`must be a path of names, ['quoted keys'] and [*], such as "status.conditions[*].lastHeartbeatTime": `+err.Error())}
 	}
 	return nil
-}
-
-// validateKeyByTombstones rejects keyBy involvedObject on a resource sent to
-// a Kafka sink that writes tombstones: the tombstone after one Event's
-// delete would carry the involved object's key, and compaction would then
-// drop every other Event about that object.
-func validateKeyByTombstones(c *Config) field.ErrorList {
-	var errs field.ErrorList
-	for i, r := range c.Resources {
-		if r.KeyBy != shape.KeyByInvolvedObject {
-			continue
-		}
-		for _, name := range r.Sinks {
-			s, ok := c.Sink(name)
-			if !ok || s.Type != SinkTypeKafka || s.Kafka == nil || (s.Kafka.Tombstones != nil && !*s.Kafka.Tombstones) {
-				continue
-			}
-			errs = append(errs, field.Forbidden(field.NewPath("resources").Index(i).Child("keyBy"), fmt.Sprintf(
-				"keyBy involvedObject cannot go to Kafka sink %q with tombstones on: a tombstone keyed by the involved object would compact away every other Event about it; set tombstones: false on that sink", name)))
-		}
-	}
-	return errs
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/shape"
 )
@@ -53,7 +54,7 @@ func shapeEdit(t *testing.T, pairs ...string) string {
 }
 
 func TestTheShapingBaseConfigIsValidAndDefaulted(t *testing.T) {
-	cfg, err := config.Parse([]byte(shapeBase))
+	cfg, err := config.Parse([]byte(shapeBase), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestBadShapingIsRejectedWithPathValueAndExpectation(t *testing.T) {
 			"resources[2].keyBy", "tombstones"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := config.Parse([]byte(tc.yaml))
+			_, err := config.Parse([]byte(tc.yaml), app.DefaultRegistry())
 			var ce *config.Error
 			if !errors.As(err, &ce) {
 				t.Fatalf("got %v, want a *config.Error", err)
@@ -145,7 +146,7 @@ func TestBadShapingIsRejectedWithPathValueAndExpectation(t *testing.T) {
 }
 
 func TestAllowSecretDataIsValidButWarned(t *testing.T) {
-	cfg, err := config.Parse([]byte(shapeEdit(t, "    resource: secrets\n", "    resource: secrets\n    allowSecretData: true\n")))
+	cfg, err := config.Parse([]byte(shapeEdit(t, "    resource: secrets\n", "    resource: secrets\n    allowSecretData: true\n")), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

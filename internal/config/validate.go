@@ -16,14 +16,19 @@ import (
 // Validate checks c and returns a *Error listing every problem, or nil.
 // It does not apply defaults: call ApplyDefaults first for a configuration
 // built in code (Load and Parse do both).
+//
+// Without the registry of sink types it cannot check that a sink's type
+// exists; it checks each sink's Block where one is set.
 func (c *Config) Validate() error {
-	if errs := validate(c); len(errs) > 0 {
+	if errs := validate(c, nil, nil); len(errs) > 0 {
 		return &Error{Errors: errs}
 	}
 	return nil
 }
 
-func validate(c *Config) field.ErrorList {
+// validate checks c. types may be nil (a configuration built in code), and
+// given holds the paths present in the file (nil for one built in code).
+func validate(c *Config, types SinkTypes, given map[string]bool) field.ErrorList {
 	var errs field.ErrorList
 
 	errs = append(errs, validateConstant(field.NewPath("apiVersion"), c.APIVersion, APIVersion)...)
@@ -40,11 +45,12 @@ func validate(c *Config) field.ErrorList {
 	errs = append(errs, validateClient(field.NewPath("client"), &c.Client)...)
 	errs = append(errs, validateDispatch(field.NewPath("dispatch"), &c.Dispatch)...)
 
-	sinkNames, sinkErrs := validateSinks(field.NewPath("sinks"), c.Sinks)
+	sinkNames, sinkErrs := validateSinks(field.NewPath("sinks"), c.Sinks, types)
 	errs = append(errs, validateResources(field.NewPath("resources"), c.Resources, sinkNames)...)
 	errs = append(errs, sinkErrs...)
-	errs = append(errs, validateKafkaTopics(c)...)
-	errs = append(errs, validateKeyByTombstones(c)...)
+	for i := range c.Sinks {
+		errs = append(errs, validateSinkBlock(c, i, given)...)
+	}
 	return errs
 }
 
@@ -134,7 +140,7 @@ func validateDurationSyntax(p *field.Path, d Duration) *field.Error {
 }
 
 // validateSinks validates the sinks and returns the names defined.
-func validateSinks(p *field.Path, sinks []Sink) ([]string, field.ErrorList) {
+func validateSinks(p *field.Path, sinks []Sink, types SinkTypes) ([]string, field.ErrorList) {
 	var errs field.ErrorList
 	if len(sinks) == 0 {
 		errs = append(errs, field.Required(p, "list at least one sink, e.g. {name: out, type: stdout}"))
@@ -158,24 +164,14 @@ func validateSinks(p *field.Path, sinks []Sink) ([]string, field.ErrorList) {
 
 		tp := sp.Child("type")
 		switch {
+		case s.Type == "" && types != nil:
+			errs = append(errs, field.Required(tp, "supported types: "+quoteAll(types.Types())))
 		case s.Type == "":
-			errs = append(errs, field.Required(tp, "supported types: "+quoteAll(sinkTypes)))
-		case !slices.Contains(sinkTypes, s.Type):
-			errs = append(errs, field.NotSupported(tp, s.Type, sinkTypes))
-		}
-		for _, b := range s.blocks() {
-			if b.set && s.Type != "" && b.name != s.Type {
-				errs = append(errs, field.Forbidden(sp.Child(b.name),
-					fmt.Sprintf("may only be set when type is %q (type is %q)", b.name, s.Type)))
-			}
+			errs = append(errs, field.Required(tp, "the sink type"))
+		case types != nil && !slices.Contains(types.Types(), s.Type):
+			errs = append(errs, field.NotSupported(tp, s.Type, types.Types()))
 		}
 		errs = append(errs, validateOverflow(sp, s)...)
-		if s.Type == SinkTypeNATS {
-			errs = append(errs, validateNATSSink(sp.Child("nats"), s.NATS)...)
-		}
-		if s.Type == SinkTypeKafka {
-			errs = append(errs, validateKafkaSink(sp.Child("kafka"), s.Kafka)...)
-		}
 	}
 	return names, errs
 }
@@ -328,53 +324,4 @@ func quoteAll(vs []string) string {
 		q[i] = strconv.Quote(v)
 	}
 	return strings.Join(q, ", ")
-}
-
-// validateExplicitZeros rejects a 0 written in the file for a sink field
-// whose zero value means "the default". Defaulted cannot tell the two
-// apart, so without this check an explicit 0 would silently become the
-// default. given holds the paths present in the file (see typeChecker).
-// Fields where 0 is a real value (kafka.batch.linger, nats.maxReconnects,
-// nats.jetstream.stream.maxBytes and maxAge) are not listed.
-func validateExplicitZeros(c *Config, given map[string]bool) field.ErrorList {
-	var errs field.ErrorList
-	zero := func(p *field.Path, v int64, expect string) {
-		if v == 0 && given[p.String()] {
-			errs = append(errs, field.Invalid(p, 0, expect))
-		}
-	}
-	for i := range c.Sinks {
-		s := &c.Sinks[i]
-		sp := field.NewPath("sinks").Index(i)
-		if k := s.Kafka; k != nil {
-			kp := sp.Child("kafka")
-			if b := k.Batch; b != nil {
-				zero(kp.Child("batch", "maxMessages"), int64(b.MaxMessages),
-					fmt.Sprintf("must be greater than 0; omit the field for the default (%d)", DefaultKafkaBatchMaxMessages))
-				zero(kp.Child("batch", "maxBytes"), int64(b.MaxBytes),
-					fmt.Sprintf("must be greater than 0; omit the field for the default (%d)", DefaultKafkaBatchMaxBytes))
-			}
-			if ct := k.CreateTopics; ct != nil {
-				zero(kp.Child("createTopics", "partitions"), int64(ct.Partitions),
-					"must be -1 (the broker's default) or at least 1")
-				zero(kp.Child("createTopics", "replicationFactor"), int64(ct.ReplicationFactor),
-					"must be -1 (the broker's default) or between 1 and 32767")
-			}
-		}
-		if n := s.NATS; n != nil {
-			np := sp.Child("nats")
-			zero(np.Child("reconnectBufferBytes"), int64(n.ReconnectBufferBytes),
-				fmt.Sprintf("must be -1 (no buffer while reconnecting) or greater than 0; omit the field for the default (%d)", DefaultNATSReconnectBufferBytes))
-			if js := n.JetStream; js != nil {
-				jp := np.Child("jetstream")
-				zero(jp.Child("maxPending"), int64(js.MaxPending),
-					fmt.Sprintf("must be between 1 and %d; omit the field for the default (%d)", MaxNATSMaxPending, DefaultNATSMaxPending))
-				if st := js.Stream; st != nil {
-					zero(jp.Child("stream", "replicas"), int64(st.Replicas),
-						fmt.Sprintf("must be between 1 and %d; omit the field for the default (%d)", MaxNATSStreamReplicas, DefaultNATSStreamReplicas))
-				}
-			}
-		}
-	}
-	return errs
 }

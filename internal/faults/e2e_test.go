@@ -51,7 +51,7 @@ func TestE2EBrokersKilledForThirtySecondsOverflowIntoConflationAndStillConverge(
 	ns := namespace(t)
 	const buffer = 40
 	yaml, kb, nsrv := realBrokers(t, ns, buffer, config.OverflowConflate)
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ wait:
 func TestE2EGracefulShutdownUnderLoadDeliversEverythingItObserved(t *testing.T) {
 	ns := namespace(t)
 	yaml, _, _ := realBrokers(t, ns, 10000, config.OverflowSpool)
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

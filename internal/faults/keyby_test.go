@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testcluster"
@@ -23,7 +24,7 @@ func TestTenEventsAboutOnePodLandInOnePartitionInOrder(t *testing.T) {
 	yaml := brokers(t, ns)
 	yaml = strings.Replace(yaml, "resource: configmaps, namespaces: [", "resource: events, keyBy: involvedObject, namespaces: [", 1)
 	yaml = strings.Replace(yaml, "createTopics: {partitions: 3, replicationFactor: 1}", "createTopics: {partitions: 3, replicationFactor: 1}\n      tombstones: false", 1)
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,14 +45,14 @@ func TestTenEventsAboutOnePodLandInOnePartitionInOrder(t *testing.T) {
 			}
 		}
 	}
-	topic := config.KafkaTopic(cfg.Sinks[0].Kafka.Defaulted().Topic, cfg.Cluster, "", "v1", "events")
+	topic := kafka.TopicName(cfg.Sinks[0].Block.(*kafka.Config).Topic, cfg.Cluster, "", "v1", "events")
 	sc, _ := cfg.Sink("kafka")
 	var partitions map[int]bool
 	var steps []string
 	deadline := time.Now().Add(time.Minute)
 	for len(steps) < 10 {
 		partitions, steps = map[int]bool{}, nil
-		err := kafka.ReadTopic(ctx, *sc, topic, func(r kafka.Record) error {
+		err := kafka.ReadTopic(ctx, sc.Block.(*kafka.Config), topic, func(r kafka.Record) error {
 			if r.Event == nil || !strings.HasSuffix(r.Key, "/Pod/"+ns+"/p1") || !strings.HasPrefix(r.Event.Type(), "io.kubewire.object.") {
 				return nil
 			}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testcluster"
@@ -27,18 +28,17 @@ func read(t *testing.T, cfg *config.Config, sink, resource string, fn func(*even
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var err error
-	switch sc.Type {
-	case config.SinkTypeKafka:
-		k := sc.Kafka.Defaulted()
-		topic := config.KafkaTopic(k.Topic, cfg.Cluster, "", "v1", resource)
-		err = kafka.ReadTopic(ctx, *sc, topic, func(r kafka.Record) error {
+	switch blk := sc.Block.(type) {
+	case *kafka.Config:
+		topic := kafka.TopicName(blk.Topic, cfg.Cluster, "", "v1", resource)
+		err = kafka.ReadTopic(ctx, blk, topic, func(r kafka.Record) error {
 			if r.Event != nil {
 				fn(r.Event)
 			}
 			return nil
 		})
-	case config.SinkTypeNATS:
-		err = nats.ReadStream(ctx, *sc, func(ev *event.Event) error { fn(ev); return nil })
+	case *nats.Config:
+		err = nats.ReadStream(ctx, blk, func(ev *event.Event) error { fn(ev); return nil })
 	}
 	if err != nil {
 		t.Fatalf("read %s: %v", sink, err)
@@ -51,7 +51,7 @@ func TestSecretValuesReachNoBrokerInAnyEncoding(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	yaml := strings.Replace(brokers(t, ns), "resource: configmaps", "resource: secrets", 1)
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
@@ -93,7 +94,7 @@ func TestE2EBrokersDownForFiveSnapshotIntervalsLoseNoChangeWithTheSpool(t *testi
 	// No stdout sink here: the test would keep its whole output in memory,
 	// and that would hide kubewire's own footprint.
 	yaml := spoolConfig(ns, kb.Addr, nsrv.URL(), spoolDir, "")
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestE2EKubewireKilledDuringAnOutageReplaysItsSpoolAfterARestart(t *testing.
 	if err := os.WriteFile(p.config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

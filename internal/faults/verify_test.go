@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/config"
@@ -61,7 +62,7 @@ func startBrokers(t *testing.T) (kafkaAddr, natsURL string) {
 // violation, and records a row per sink.
 func verifyBrokers(t *testing.T, yaml, fault string, changes int64) {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func verifyUntilConverged(t *testing.T, cfg *config.Config, sink string, also ..
 func TestVerifyFindsKafkaAndJetStreamConvergedAfterChurnAndReportsDivergenceOtherwise(t *testing.T) {
 	ns := namespace(t)
 	yaml := brokers(t, ns)
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestVerifyJudgesSuppressedUpdatesByContentNotResourceVersion(t *testing.T) 
 	ns := namespace(t)
 	yaml := strings.Replace(brokers(t, ns), "sinks: [kafka, js]}",
 		"sinks: [kafka, js], ignorePaths: [\"metadata.annotations['heartbeat']\"]}", 1)
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

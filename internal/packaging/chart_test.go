@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/packaging"
@@ -561,7 +562,7 @@ func checkSpool(t *testing.T, r *packaging.Rendered, d, c map[string]any) {
 			t.Errorf("the spool is an emptyDir, but a claim %s was rendered too", claims[0].GetName())
 		}
 	}
-	cfg, err := config.Parse([]byte(configText(t, r)))
+	cfg, err := config.Parse([]byte(configText(t, r)), app.DefaultRegistry())
 	if err != nil {
 		return // checkConfigLoads reports it
 	}
@@ -646,7 +647,7 @@ func configText(t *testing.T, r *packaging.Rendered) string {
 func checkConfigLoads(t *testing.T, r *packaging.Rendered) {
 	t.Helper()
 	text := configText(t, r)
-	if _, err := config.Parse([]byte(text)); err != nil {
+	if _, err := config.Parse([]byte(text), app.DefaultRegistry()); err != nil {
 		t.Errorf("kubewire rejects the rendered config:\n%v\n%s", err, text)
 	}
 }

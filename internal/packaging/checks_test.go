@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/packaging"
 )
@@ -122,7 +123,7 @@ func TestTheChartNeverRefusesASelectorKubewireAccepts(t *testing.T) {
 				y := oneResource(fmt.Sprintf(", %s: %q", field, sel))
 				_, chartErr := packaging.Render(chartDir, packaging.Release{Name: "kw", Namespace: "platform", Values: values(t, y)})
 				cfg := fmt.Sprintf("apiVersion: kubewire.io/v1alpha1\nkind: Config\ncluster: c\nresources: [{version: v1, resource: configmaps, sinks: [out], %s: %q}]\nsinks: [{name: out, type: stdout}]\n", field, sel)
-				_, kwErr := config.Parse([]byte(cfg))
+				_, kwErr := config.Parse([]byte(cfg), app.DefaultRegistry())
 				if chartErr != nil && kwErr == nil {
 					t.Errorf("the chart refuses what kubewire accepts: %v", chartErr)
 				}

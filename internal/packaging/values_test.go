@@ -15,8 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/packaging"
+	"github.com/kubewire/kubewire/sinks/stdout"
 )
 
 func TestValuesThatBreakTheSchemaFailWithThePathAndWhatWasExpected(t *testing.T) {
@@ -144,12 +146,18 @@ func TestTheSchemaKnowsEveryConfigField(t *testing.T) {
 		{"config.client", reflect.TypeFor[config.ClientConfig](), append(slices.Clone(cfg), "properties", "client")},
 		{"config.dispatch", reflect.TypeFor[config.DispatchConfig](), append(slices.Clone(cfg), "properties", "dispatch")},
 		{"config.resources[]", reflect.TypeFor[config.Resource](), append(slices.Clone(cfg), "properties", "resources", "items")},
+		// Each sink type's block sits beside the common fields (below).
 		{"config.sinks[]", reflect.TypeFor[config.Sink](), append(slices.Clone(cfg), "properties", "sinks", "items")},
-		{"config.sinks[].stdout", reflect.TypeFor[config.StdoutSink](), append(slices.Clone(cfg), "properties", "sinks", "items", "properties", "stdout")},
+		{"config.sinks[].stdout", reflect.TypeFor[stdout.Config](), append(slices.Clone(cfg), "properties", "sinks", "items", "properties", "stdout")},
 		{"config.sinks[].spool", reflect.TypeFor[config.SpoolConfig](), append(slices.Clone(cfg), "properties", "sinks", "items", "properties", "spool")},
 		{"config.resources[].redact[]", reflect.TypeFor[config.RedactRule](), append(slices.Clone(cfg), "properties", "resources", "items", "properties", "redact", "items")},
 	} {
-		if got, want := props(tc.path...), jsonFields(tc.typ); !slices.Equal(got, want) {
+		want := jsonFields(tc.typ)
+		if tc.what == "config.sinks[]" {
+			want = append(want, app.DefaultRegistry().Types()...)
+			slices.Sort(want)
+		}
+		if got := props(tc.path...); !slices.Equal(got, want) {
 			t.Errorf("values.schema.json %s has properties %v; internal/config has %v", tc.what, got, want)
 		}
 	}
@@ -158,8 +166,68 @@ func TestTheSchemaKnowsEveryConfigField(t *testing.T) {
 	for _, s := range sinkTypes.([]any) {
 		got = append(got, s.(string))
 	}
-	if want := config.SinkTypes(); !slices.Equal(got, want) {
+	if want := app.DefaultRegistry().Types(); !slices.Equal(got, want) {
 		t.Errorf("values.schema.json allows sink types %v; kubewire has %v", got, want)
+	}
+}
+
+// TestTheChartSchemaHoldsEverySinkSpecsBlock keeps the sink types and
+// blocks of values.schema.json equal to what the registered specs say, as
+// `make manifests` writes them.
+func TestTheChartSchemaHoldsEverySinkSpecsBlock(t *testing.T) {
+	path := filepath.Join(chartDir, "values.schema.json")
+	have, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := app.DefaultRegistry()
+	var specs []packaging.SinkBlockSchema
+	for _, typ := range reg.Types() {
+		specs = append(specs, packaging.SinkBlockSchema{Type: typ, Schema: reg[typ].Schema})
+	}
+	want, err := packaging.WithSinkSchemas(have, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(have) != string(want) {
+		t.Errorf("%s is out of date with the sink specs; run make manifests", packaging.SchemaPath)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(want, &schema); err != nil {
+		t.Fatalf("the generated schema is not JSON: %v", err)
+	}
+}
+
+// TestWithSinkSchemasReplacesTheBlocksAndKeepsTheRest checks the generator
+// itself: a block of a type that is no longer registered goes, a new one
+// comes after type, and bytes outside the sink properties stay as they were.
+func TestWithSinkSchemasReplacesTheBlocksAndKeepsTheRest(t *testing.T) {
+	in := `{
+  "x": 1,
+  "properties": {"config": {"properties": {"sinks": {"items": {"properties": {
+    "name": {"type": "string"}, "type": {"enum": ["old"]}, "old": {"type": "object"}, "spool": {}
+  }}}}}},
+  "y":   [1, 2]
+}
+`
+	out, err := packaging.WithSinkSchemas([]byte(in), []packaging.SinkBlockSchema{{Type: "a", Schema: `{"type":"object"}`}, {Type: "b", Schema: `{}`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(out)
+	for _, want := range []string{`"type": {`, `"a"`, `"b": {}`, `"spool": {}`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %s:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "old") {
+		t.Errorf("the unregistered block survived:\n%s", got)
+	}
+	if !strings.HasPrefix(got, "{\n  \"x\": 1,\n") || !strings.HasSuffix(got, "\n  \"y\":   [1, 2]\n}\n") {
+		t.Errorf("bytes outside the sink properties changed:\n%s", got)
+	}
+	if i, j := strings.Index(got, `"type": {`), strings.Index(got, `"a": {`); i < 0 || j < i {
+		t.Errorf("the blocks do not follow type:\n%s", got)
 	}
 }
 

@@ -221,21 +221,23 @@ type run struct {
 
 func startKubewire(t *testing.T, cfgYAML string) *run {
 	t.Helper()
-	cfg, err := config.Parse([]byte(cfgYAML))
+	cfg, err := config.Parse([]byte(cfgYAML), app.DefaultRegistry())
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
 	r := &run{done: make(chan struct{})}
 	reg := app.DefaultRegistry()
-	for typ, f := range reg {
-		reg[typ] = func(c config.Sink, d sinks.Deps) (sinks.Sink, error) {
-			s, err := f(c, d)
+	for typ, spec := range reg {
+		build := spec.New
+		spec.New = func(name string, blk config.SinkBlock, d sinks.Deps) (sinks.Sink, error) {
+			s, err := build(name, blk, d)
 			if err != nil {
 				return nil, err
 			}
 			r.ack = newAcker(s)
 			return r.ack, nil
 		}
+		reg[typ] = spec
 	}
 	a, err := app.New(app.Options{Config: cfg, REST: cluster.RESTConfig(testcluster.AdminUser), Logger: quiet, Registry: reg})
 	if err != nil {

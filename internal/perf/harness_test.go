@@ -25,6 +25,7 @@ import (
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	natssink "github.com/kubewire/kubewire/sinks/nats"
+	"github.com/kubewire/kubewire/sinks/stdout"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -155,10 +156,10 @@ func validated(tb testing.TB, k benchdata.Kind, s config.Sink) *config.Config {
 
 func kafkaSink(tb testing.TB, addr string) sinks.Sink {
 	tb.Helper()
-	c := validated(tb, benchdata.Pods, config.Sink{Name: "kafka", Type: config.SinkTypeKafka, Kafka: &config.KafkaSink{
-		Brokers: []string{addr}, CreateTopics: &config.KafkaCreateTopics{Partitions: 6, ReplicationFactor: 1},
+	c := validated(tb, benchdata.Pods, config.Sink{Name: "kafka", Type: kafka.Type, Block: &kafka.Config{
+		Brokers: []string{addr}, CreateTopics: &kafka.CreateTopics{Partitions: 6, ReplicationFactor: 1},
 	}})
-	s, err := kafka.New(c.Sinks[0], sinks.Deps{Logger: quiet})
+	s, err := kafka.Spec.New(c.Sinks[0].Name, c.Sinks[0].Block, sinks.Deps{Logger: quiet})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -167,11 +168,11 @@ func kafkaSink(tb testing.TB, addr string) sinks.Sink {
 
 func jetStreamSink(tb testing.TB, url string) sinks.Sink {
 	tb.Helper()
-	c := validated(tb, benchdata.Pods, config.Sink{Name: "jetstream", Type: config.SinkTypeNATS, NATS: &config.NATSSink{
-		Servers: []string{url}, Mode: config.NATSModeJetStream,
-		JetStream: &config.NATSJetStream{Stream: &config.NATSStream{Name: "KUBEWIRE"}},
+	c := validated(tb, benchdata.Pods, config.Sink{Name: "jetstream", Type: natssink.Type, Block: &natssink.Config{
+		Servers: []string{url}, Mode: natssink.ModeJetStream,
+		JetStream: &natssink.JetStream{Stream: &natssink.Stream{Name: "KUBEWIRE"}},
 	}})
-	s, err := natssink.New(c.Sinks[0], sinks.Deps{Logger: quiet})
+	s, err := natssink.Spec.New(c.Sinks[0].Name, c.Sinks[0].Block, sinks.Deps{Logger: quiet})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func startPipeline(tb testing.TB, k benchdata.Kind, apiserver string, sink sinks
 // newDispatcher is a dispatcher with kubewire's default options, the disk
 // spool included (a healthy sink never uses it, but Enqueue checks it).
 func newDispatcher(tb testing.TB, name string, sink sinks.Sink) *sinks.Dispatcher {
-	cfg := &config.Config{Sinks: []config.Sink{{Name: name, Type: config.SinkTypeStdout}}}
+	cfg := &config.Config{Sinks: []config.Sink{{Name: name, Type: stdout.Type}}}
 	cfg.ApplyDefaults()
 	d := sinks.NewDispatcher(name, sink, sinks.Options{
 		Shards: cfg.Dispatch.Shards, BufferEvents: cfg.Dispatch.BufferEvents, BufferBytes: cfg.Dispatch.BufferBytes,
@@ -247,7 +248,7 @@ func newDispatcher(tb testing.TB, name string, sink sinks.Sink) *sinks.Dispatche
 // closes once cancel has stopped it.
 func startWatcher(tb testing.TB, k benchdata.Kind, apiserver string, out fanout, cache string) (cancel context.CancelFunc, ran chan struct{}) {
 	tb.Helper()
-	cfg := validated(tb, k, config.Sink{Name: "out", Type: config.SinkTypeStdout})
+	cfg := validated(tb, k, config.Sink{Name: "out", Type: stdout.Type})
 	res := cfg.Resources[0]
 	res.Cache = cache
 	rc := &rest.Config{Host: apiserver, QPS: cfg.Client.QPS, Burst: cfg.Client.Burst}

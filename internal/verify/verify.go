@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -19,8 +18,7 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/shape"
-	"github.com/kubewire/kubewire/sinks/kafka"
-	"github.com/kubewire/kubewire/sinks/nats"
+	"github.com/kubewire/kubewire/sinks"
 )
 
 // Options say what to verify.
@@ -132,20 +130,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 
 	rep := &Report{Sink: sc.Name}
-	var view *View
-	switch sc.Type {
-	case config.SinkTypeKafka:
-		view, err = readKafka(ctx, cfg, sc, rep)
-	case config.SinkTypeNATS:
-		view = NewView()
-		err = nats.ReadStream(ctx, *sc, func(ev *event.Event) error {
-			rep.Events++
-			view.Apply(ev)
-			return nil
-		})
-	default:
+	reader, ok := sc.Block.(sinks.Reader)
+	if !ok {
 		return nil, fmt.Errorf("verify: a %s sink keeps nothing to read back", sc.Type)
 	}
+	view, err := readBack(ctx, reader, cfg.Routes(sc.Name), rep)
 	if err != nil {
 		return nil, fmt.Errorf("verify: reading sink %s: %w", sc.Name, err)
 	}
@@ -175,38 +164,31 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	return rep, nil
 }
 
-func readKafka(ctx context.Context, cfg *config.Config, sc *config.Sink, rep *Report) (*View, error) {
-	k := sc.Kafka.Defaulted()
-	topics := map[string]bool{}
-	for _, rc := range cfg.Resources {
-		if slices.Contains(rc.Sinks, sc.Name) {
-			topics[config.KafkaTopic(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)] = true
+// readBack reads the sink's stream into one view per partition, applying
+// the consumer's rule in each, and merges them.
+func readBack(ctx context.Context, r sinks.Reader, routes []config.Route, rep *Report) (*View, error) {
+	parts := map[string]*View{}
+	err := r.ReadBack(ctx, routes, func(rec sinks.Record) error {
+		v := parts[rec.Partition]
+		if v == nil {
+			v = NewView()
+			parts[rec.Partition] = v
 		}
-	}
-	var views []*View
-	for topic := range topics {
-		parts := map[int]*View{}
-		err := kafka.ReadTopic(ctx, *sc, topic, func(r kafka.Record) error {
-			v := parts[r.Partition]
-			if v == nil {
-				v = NewView()
-				parts[r.Partition] = v
-			}
-			if r.Event == nil {
-				rep.Tombstones++
-				v.Delete(r.Key)
-				return nil
-			}
-			rep.Events++
-			v.Apply(r.Event)
+		if rec.Event == nil {
+			rep.Tombstones++
+			v.Delete(rec.Key)
 			return nil
-		})
-		if err != nil {
-			return nil, err
 		}
-		for _, v := range parts {
-			views = append(views, v)
-		}
+		rep.Events++
+		v.Apply(rec.Event)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	views := make([]*View, 0, len(parts))
+	for _, v := range parts {
+		views = append(views, v)
 	}
 	return Merge(views...), nil
 }

@@ -5,7 +5,6 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks/kafka"
 )
 
@@ -28,7 +27,7 @@ func javaPartition(murmur int32, n int) int {
 }
 
 func TestTheMurmur2BalancerPicksTheSamePartitionAsJava(t *testing.T) {
-	b, err := kafka.NewBalancer(config.KafkaBalancerMurmur2)
+	b, err := kafka.NewBalancer(kafka.BalancerMurmur2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +46,7 @@ func TestTheMurmur2BalancerPicksTheSamePartitionAsJava(t *testing.T) {
 }
 
 func TestEveryBalancerIsAFunctionOfTheKey(t *testing.T) {
-	for _, name := range []string{config.KafkaBalancerMurmur2, config.KafkaBalancerCRC32, config.KafkaBalancerHash} {
+	for _, name := range []string{kafka.BalancerMurmur2, kafka.BalancerCRC32, kafka.BalancerHash} {
 		b, err := kafka.NewBalancer(name)
 		if err != nil {
 			t.Fatal(err)

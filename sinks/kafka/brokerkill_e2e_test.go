@@ -16,6 +16,7 @@ import (
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
+	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -27,7 +28,7 @@ import (
 // resourceVersions in increasing order.
 func TestE2EABrokerKilledWhileWritingLeavesNoDuplicateEventAndEveryKeyInOrder(t *testing.T) {
 	b := kafkatest.Start(t, nil)
-	s, prefix := newSink(t, b.Addr, 3, func(k *config.KafkaSink) {
+	s, prefix := newSink(t, b.Addr, 3, func(k *kafka.Config) {
 		k.RequestTimeout = config.NewDuration(5 * time.Second)
 	})
 	topic := widgetTopic(prefix)

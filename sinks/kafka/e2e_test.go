@@ -18,7 +18,6 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
@@ -176,7 +175,7 @@ func TestE2EKubewireAndJavasProducerPickTheSamePartition(t *testing.T) {
 	b := kafkatest.Start(t, nil)
 	keys := []string{"pods/default/web-0", "configmaps/kube-system/coredns", "nodes/node-a.example",
 		"widgets.demo.kubewire.io/team-a/cm-1", "deployments.apps/prod/api", "ünïcødé/ns/ö", ""}
-	bal, _ := kafka.NewBalancer(config.KafkaBalancerMurmur2)
+	bal, _ := kafka.NewBalancer(kafka.BalancerMurmur2)
 	for _, n := range []int{1, 3, 7, 12} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		out, err := b.Java(ctx, javaPartitioner, append([]string{strconv.Itoa(n)}, keys[:len(keys)-1]...)...)

@@ -133,7 +133,7 @@ func TestARecordTheBrokerRefusesAsTooLargeDoesNotReportTheConnectionDown(t *test
 	for _, idempotent := range []bool{true, false} {
 		t.Run(fmt.Sprintf("idempotent=%t", idempotent), func(t *testing.T) {
 			f := startFake(t)
-			s, prefix := newSink(t, f.addr(), 1, func(k *config.KafkaSink) { k.Idempotent = &idempotent })
+			s, prefix := newSink(t, f.addr(), 1, func(k *kafka.Config) { k.Idempotent = &idempotent })
 			kafka.SetProbeInterval(s, time.Hour) // only the writes report
 			c := &kafkago.Client{Addr: kafkago.TCP(f.addr()), Timeout: 10 * time.Second}
 			res, err := c.CreateTopics(context.Background(), &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{{
@@ -191,13 +191,13 @@ func (l *errorLog) logger() *slog.Logger {
 // healthSink is newSink with a logger and a short probe interval.
 func healthSink(t testing.TB, name, addr string, log *slog.Logger) sinks.Sink {
 	t.Helper()
-	s, err := kafka.New(config.Sink{Name: name, Type: config.SinkTypeKafka, Kafka: &config.KafkaSink{
+	s, err := kafka.New(name, &kafka.Config{
 		Brokers:        []string{addr},
 		Topic:          uniquePrefix(t) + ".{group}.{resource}",
-		CreateTopics:   &config.KafkaCreateTopics{Partitions: 1, ReplicationFactor: 1},
+		CreateTopics:   &kafka.CreateTopics{Partitions: 1, ReplicationFactor: 1},
 		RequestTimeout: config.NewDuration(10 * time.Second),
 		DialTimeout:    config.NewDuration(2 * time.Second),
-	}}, sinks.Deps{Logger: log})
+	}, sinks.Deps{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -35,8 +36,8 @@ func TestALateCopyOfARequestKubewireGaveUpOnNeverLandsAfterNewerChanges(t *testi
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := startFake(t)
-			s, prefix := newSink(t, f.addr(), 1, func(k *config.KafkaSink) {
-				k.Batch = &config.KafkaBatch{Linger: config.NewDuration(0)}
+			s, prefix := newSink(t, f.addr(), 1, func(k *kafka.Config) {
+				k.Batch = &kafka.Batch{Linger: config.NewDuration(0)}
 				k.RequestTimeout = config.NewDuration(time.Second)
 				k.Idempotent = &c.idempotent
 			})
@@ -109,8 +110,8 @@ func TestARetryAfterALostAnswerLeavesEachEventOnceAndARepeatNextToItsFirstCopy(t
 
 func retryAfterALostAnswer(t *testing.T, idempotent bool, want []string) {
 	f := startFake(t)
-	s, prefix := newSink(t, f.addr(), 1, func(k *config.KafkaSink) {
-		k.Batch = &config.KafkaBatch{Linger: config.NewDuration(0)}
+	s, prefix := newSink(t, f.addr(), 1, func(k *kafka.Config) {
+		k.Batch = &kafka.Batch{Linger: config.NewDuration(0)}
 		k.RequestTimeout = config.NewDuration(time.Second)
 		k.Idempotent = &idempotent
 	})

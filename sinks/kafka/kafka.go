@@ -22,6 +22,7 @@ package kafka
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,16 +40,21 @@ import (
 )
 
 // Type is the config `type` of this sink.
-const Type = config.SinkTypeKafka
+const Type = "kafka"
 
-// Register adds the Kafka sink to r.
-func Register(r sinks.Registry) { r[Type] = New }
+// Spec is the Kafka sink type.
+var Spec = sinks.NewSpec(Type, schema, New)
+
+// schema is the JSON Schema of the kafka block, for the Helm chart.
+//
+//go:embed schema.json
+var schema string
 
 // Sink produces to Kafka. It is safe for the concurrent Writes of several
 // dispatcher shards.
 type Sink struct {
 	name        string
-	cfg         config.KafkaSink
+	cfg         Config
 	log         *slog.Logger
 	structured  bool
 	tombstones  bool
@@ -91,21 +97,18 @@ var _ sinks.Sink = (*Sink)(nil)
 // ErrClosed is returned by Write after Close.
 var ErrClosed = errors.New("kafka: sink is closed")
 
-// New is the sinks.Factory of the Kafka sink. Nothing connects until
+// New builds a Kafka sink from its block, defaulted here for a block built in code. Nothing connects until
 // Connect.
-func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
-	if cfg.Kafka == nil {
-		return nil, errors.New("kafka: the sink has no kafka block")
-	}
-	c := cfg.Kafka.Defaulted()
+func New(name string, cfg *Config, deps sinks.Deps) (sinks.Sink, error) {
+	c := cfg.Defaulted()
 	log := deps.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	s := &Sink{
-		name:       cfg.Name,
+		name:       name,
 		cfg:        c,
-		log:        log.With("sink", cfg.Name, "type", Type),
+		log:        log.With("sink", name, "type", Type),
 		structured: c.ContentMode == config.ContentModeStructured,
 		tombstones: *c.Tombstones,
 		idempotent: *c.Idempotent,
@@ -116,24 +119,24 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 	}
 	s.link.start = time.Now()
 	switch c.Acks {
-	case config.KafkaAcksAll:
+	case AcksAll:
 		s.acks = kafkago.RequireAll
-	case config.KafkaAcksLeader:
+	case AcksLeader:
 		s.acks = kafkago.RequireOne
-	case config.KafkaAcksNone:
+	case AcksNone:
 		s.acks = kafkago.RequireNone
 	default:
 		return nil, fmt.Errorf("kafka: unknown acks %q", c.Acks)
 	}
 	switch c.Compression {
-	case config.KafkaCompressionNone:
-	case config.KafkaCompressionGzip:
+	case CompressionNone:
+	case CompressionGzip:
 		s.compression = kafkago.Gzip
-	case config.KafkaCompressionSnappy:
+	case CompressionSnappy:
 		s.compression = kafkago.Snappy
-	case config.KafkaCompressionLz4:
+	case CompressionLz4:
 		s.compression = kafkago.Lz4
-	case config.KafkaCompressionZstd:
+	case CompressionZstd:
 		s.compression = kafkago.Zstd
 	default:
 		return nil, fmt.Errorf("kafka: unknown compression %q", c.Compression)
@@ -151,11 +154,11 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 // to a random partition.
 func NewBalancer(name string) (kafkago.Balancer, error) {
 	switch name {
-	case config.KafkaBalancerMurmur2:
+	case BalancerMurmur2:
 		return kafkago.Murmur2Balancer{Consistent: true}, nil
-	case config.KafkaBalancerCRC32:
+	case BalancerCRC32:
 		return kafkago.CRC32Balancer{Consistent: true}, nil
-	case config.KafkaBalancerHash:
+	case BalancerHash:
 		return &kafkago.Hash{}, nil
 	}
 	return nil, fmt.Errorf("kafka: unknown balancer %q", name)

@@ -71,7 +71,7 @@ func TestConformanceOnKfake(t *testing.T) {
 func TestStructuredModeConformanceOnKfake(t *testing.T) {
 	f := startFake(t)
 	h := harness(f.addr, 2, nil)
-	h.Edit = func(k *config.KafkaSink) { k.ContentMode = config.ContentModeStructured }
+	h.Edit = func(k *kafka.Config) { k.ContentMode = config.ContentModeStructured }
 	sinktest.Run(t, h.Harness())
 }
 
@@ -104,7 +104,7 @@ func TestATombstoneFollowsEachDeleteWithTheSameKeyAndPartition(t *testing.T) {
 	f := startFake(t)
 	for _, on := range []bool{true, false} {
 		t.Run("tombstones="+strconv.FormatBool(on), func(t *testing.T) {
-			s, prefix := newSink(t, f.addr(), 4, func(k *config.KafkaSink) { k.Tombstones = &on })
+			s, prefix := newSink(t, f.addr(), 4, func(k *kafka.Config) { k.Tombstones = &on })
 			connect(t, s)
 			write(t, s,
 				sinktest.Change(informer.OpAdded, "team-a", "gone", 1),
@@ -160,7 +160,7 @@ func TestSnapshotMarkersGoToEveryPartitionAndObjectsToTheirKeysPartition(t *test
 	write(t, s, changes...)
 
 	rs := readTopic(context.Background(), t, f.addr(), widgetTopic(prefix))
-	b, _ := kafka.NewBalancer(config.KafkaBalancerMurmur2)
+	b, _ := kafka.NewBalancer(kafka.BalancerMurmur2)
 	markers := map[int]int{}
 	for _, r := range rs {
 		if string(r.headers["ce_type"]) == encoding.TypeSnapshotStarted {
@@ -183,7 +183,7 @@ func TestAnOversizedEventFallsBackToAReferenceAndThePartitionKeepsFlowing(t *tes
 	for _, mode := range []string{config.ContentModeBinary, config.ContentModeStructured} {
 		t.Run(mode, func(t *testing.T) {
 			f := startFake(t)
-			s, prefix := newSink(t, f.addr(), 1, func(k *config.KafkaSink) { k.ContentMode = mode })
+			s, prefix := newSink(t, f.addr(), 1, func(k *kafka.Config) { k.ContentMode = mode })
 			// Create the topic with a small limit before the sink does.
 			c := &kafkago.Client{Addr: kafkago.TCP(f.addr()), Timeout: 10 * time.Second}
 			res, err := c.CreateTopics(context.Background(), &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{{
@@ -229,8 +229,8 @@ func TestAnOversizedEventFallsBackToAReferenceAndThePartitionKeepsFlowing(t *tes
 
 func TestAWriteThatGivesUpBeforeItsRequestIsSentNeverLands(t *testing.T) {
 	f := startFake(t)
-	s, prefix := newSink(t, f.addr(), 1, func(k *config.KafkaSink) {
-		k.Batch = &config.KafkaBatch{Linger: config.NewDuration(0)}
+	s, prefix := newSink(t, f.addr(), 1, func(k *kafka.Config) {
+		k.Batch = &kafka.Batch{Linger: config.NewDuration(0)}
 	})
 	connect(t, s)
 	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1)) // creates the topic

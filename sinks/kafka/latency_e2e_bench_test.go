@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
+	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -22,7 +22,7 @@ func BenchmarkLatencyRealKafka(b *testing.B) {
 				name = rateName(rate) + "/plain"
 			}
 			b.Run(name, func(b *testing.B) {
-				s, _ := newSink(b, k.Addr, 3, func(c *config.KafkaSink) { c.Idempotent = &idem })
+				s, _ := newSink(b, k.Addr, 3, func(c *kafka.Config) { c.Idempotent = &idem })
 				sinktest.Latency(b, s, rate, 3*time.Second)
 			})
 		}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks"
+	"strconv"
 )
 
 // Record is one record read back from a topic: an event, or a tombstone
@@ -39,11 +41,8 @@ func DecodeMessage(m kafkago.Message) (*event.Event, error) {
 
 // Dialer returns a kafka-go dialer with the sink's dial timeout, client id,
 // TLS and SASL settings, for reading back what the sink wrote.
-func Dialer(sc config.Sink) (*kafkago.Dialer, error) {
-	if sc.Kafka == nil {
-		return nil, errors.New("kafka: the sink has no kafka block")
-	}
-	c := sc.Kafka.Defaulted()
+func Dialer(k *Config) (*kafkago.Dialer, error) {
+	c := k.Defaulted()
 	d := &kafkago.Dialer{Timeout: c.DialTimeout.Duration, ClientID: c.ClientID}
 	if c.TLS != nil {
 		tc, err := tlsConfig(c.TLS)
@@ -65,12 +64,12 @@ func Dialer(sc config.Sink) (*kafkago.Dialer, error) {
 // ReadTopic reads every partition of topic from its first offset up to the
 // end offset it had when reading began, with the sink's TLS and SASL
 // settings, and calls fn for each record in partition order.
-func ReadTopic(ctx context.Context, sc config.Sink, topic string, fn func(Record) error) error {
-	d, err := Dialer(sc)
+func ReadTopic(ctx context.Context, k *Config, topic string, fn func(Record) error) error {
+	d, err := Dialer(k)
 	if err != nil {
 		return err
 	}
-	c := sc.Kafka.Defaulted()
+	c := k.Defaulted()
 	var parts []kafkago.Partition
 	for _, b := range c.Brokers {
 		if parts, err = d.LookupPartitions(ctx, "tcp", b, topic); err == nil {
@@ -123,6 +122,30 @@ func readPartition(ctx context.Context, d *kafkago.Dialer, broker, topic string,
 		}
 		if err := batch.Close(); err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("kafka: read %s/%d at %d: %w", topic, partition, next, err)
+		}
+	}
+	return nil
+}
+
+var _ sinks.Reader = (*Config)(nil)
+
+// ReadBack implements sinks.Reader: it reads every topic the routed
+// resources' events go to, each partition from its first offset.
+func (k *Config) ReadBack(ctx context.Context, routes []config.Route, fn func(sinks.Record) error) error {
+	c := k.Defaulted()
+	seen := map[string]bool{}
+	for _, rt := range routes {
+		r := rt.Resource
+		topic := TopicName(c.Topic, rt.Cluster, r.Group, r.Version, r.Resource)
+		if seen[topic] {
+			continue
+		}
+		seen[topic] = true
+		err := ReadTopic(ctx, &c, topic, func(rec Record) error {
+			return fn(sinks.Record{Partition: topic + "/" + strconv.Itoa(rec.Partition), Key: rec.Key, Event: rec.Event})
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -140,20 +140,20 @@ func itoa(n int64) string {
 // newSink builds a sink whose topics are <prefix>.<group>.<resource>,
 // created with partitions partitions on first use. edit may change the
 // config.
-func newSink(t testing.TB, addr string, partitions int, edit func(*config.KafkaSink)) (sinks.Sink, string) {
+func newSink(t testing.TB, addr string, partitions int, edit func(*kafka.Config)) (sinks.Sink, string) {
 	t.Helper()
 	prefix := uniquePrefix(t)
-	kc := &config.KafkaSink{
+	kc := &kafka.Config{
 		Brokers:        []string{addr},
 		Topic:          prefix + ".{group}.{resource}",
-		CreateTopics:   &config.KafkaCreateTopics{Partitions: partitions, ReplicationFactor: 1},
+		CreateTopics:   &kafka.CreateTopics{Partitions: partitions, ReplicationFactor: 1},
 		RequestTimeout: config.NewDuration(10 * time.Second),
 		DialTimeout:    config.NewDuration(2 * time.Second),
 	}
 	if edit != nil {
 		edit(kc)
 	}
-	s, err := kafka.New(config.Sink{Name: "kafka-test", Type: config.SinkTypeKafka, Kafka: kc}, sinks.Deps{})
+	s, err := kafka.New("kafka-test", kc, sinks.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +163,8 @@ func newSink(t testing.TB, addr string, partitions int, edit func(*config.KafkaS
 // suiteTopics are the topics the conformance suite's two resources map to.
 func suiteTopics(prefix string) []string {
 	return []string{
-		config.KafkaTopic(prefix+".{group}.{resource}", "", sinktest.Resource.GVR.Group, "", sinktest.Resource.GVR.Resource),
-		config.KafkaTopic(prefix+".{group}.{resource}", "", "", "", sinktest.ClusterResource.GVR.Resource),
+		kafka.TopicName(prefix+".{group}.{resource}", "", sinktest.Resource.GVR.Group, "", sinktest.Resource.GVR.Resource),
+		kafka.TopicName(prefix+".{group}.{resource}", "", "", "", sinktest.ClusterResource.GVR.Resource),
 	}
 }
 
@@ -174,7 +174,7 @@ type suiteHarness struct {
 	partitions int
 	restart    func(t *testing.T)
 	// Edit, if set, changes each sink's config.
-	Edit func(*config.KafkaSink)
+	Edit func(*kafka.Config)
 }
 
 func harness(addr func() string, partitions int, restart func(t *testing.T)) *suiteHarness {

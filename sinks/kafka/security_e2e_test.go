@@ -40,23 +40,22 @@ func debugLogger(w *testkit.Buffer) *slog.Logger {
 
 // secureSink builds a Kafka sink for addr that logs into logs, with topics
 // under a fresh prefix created with one partition.
-func secureSink(t *testing.T, name, addr string, logs *testkit.Buffer, edit func(*config.KafkaSink)) (sinks.Sink, config.Sink, string) {
+func secureSink(t *testing.T, name, addr string, logs *testkit.Buffer, edit func(*kafka.Config)) (sinks.Sink, *kafka.Config, string) {
 	t.Helper()
 	prefix := uniquePrefix(t)
-	kc := &config.KafkaSink{
+	kc := &kafka.Config{
 		Brokers:        []string{addr},
 		Topic:          prefix + ".{group}.{resource}",
-		CreateTopics:   &config.KafkaCreateTopics{Partitions: 1, ReplicationFactor: 1},
+		CreateTopics:   &kafka.CreateTopics{Partitions: 1, ReplicationFactor: 1},
 		RequestTimeout: config.NewDuration(10 * time.Second),
 		DialTimeout:    config.NewDuration(2 * time.Second),
 	}
 	edit(kc)
-	sc := config.Sink{Name: name, Type: config.SinkTypeKafka, Kafka: kc}
-	s, err := kafka.New(sc, sinks.Deps{Logger: debugLogger(logs)})
+	s, err := kafka.New(name, kc, sinks.Deps{Logger: debugLogger(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, sc, prefix
+	return s, kc, prefix
 }
 
 func writeFile(t *testing.T, name, content string) string {
@@ -68,10 +67,10 @@ func writeFile(t *testing.T, name, content string) string {
 	return f
 }
 
-func scramFromFile(caFile, password string) func(*config.KafkaSink) {
-	return func(k *config.KafkaSink) {
-		k.TLS = &config.KafkaTLS{CAFile: caFile}
-		k.SASL = &config.KafkaSASL{Mechanism: config.KafkaSASLScramSHA512, Username: kafkaUser, PasswordFile: password}
+func scramFromFile(caFile, password string) func(*kafka.Config) {
+	return func(k *kafka.Config) {
+		k.TLS = &kafka.TLS{CAFile: caFile}
+		k.SASL = &kafka.SASL{Mechanism: kafka.SASLScramSHA512, Username: kafkaUser, PasswordFile: password}
 	}
 }
 
@@ -105,9 +104,9 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 	t.Run("PLAIN over TLS with the password from the environment writes and reads back", func(t *testing.T) {
 		t.Setenv("KUBEWIRE_TEST_KAFKA_PASSWORD", kafkaPassword)
 		var logs testkit.Buffer
-		s, sc, prefix := secureSink(t, "kafka-plain", b.SASLSSLAddr, &logs, func(k *config.KafkaSink) {
-			k.TLS = &config.KafkaTLS{CAFile: b.CAFile}
-			k.SASL = &config.KafkaSASL{Mechanism: config.KafkaSASLPlain, Username: kafkaUser, PasswordEnv: "KUBEWIRE_TEST_KAFKA_PASSWORD"}
+		s, sc, prefix := secureSink(t, "kafka-plain", b.SASLSSLAddr, &logs, func(k *kafka.Config) {
+			k.TLS = &kafka.TLS{CAFile: b.CAFile}
+			k.SASL = &kafka.SASL{Mechanism: kafka.SASLPlain, Username: kafkaUser, PasswordEnv: "KUBEWIRE_TEST_KAFKA_PASSWORD"}
 		})
 		writeAndReadBack(t, s, sc, widgetTopic(prefix))
 		if strings.Contains(logs.String(), kafkaPassword) {
@@ -118,9 +117,9 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 	t.Run("SCRAM-SHA-256 over TLS writes and reads back", func(t *testing.T) {
 		pw := writeFile(t, "password", kafkaPassword)
 		var logs testkit.Buffer
-		s, sc, prefix := secureSink(t, "kafka-scram256", b.SASLSSLAddr, &logs, func(k *config.KafkaSink) {
-			k.TLS = &config.KafkaTLS{CAFile: b.CAFile}
-			k.SASL = &config.KafkaSASL{Mechanism: config.KafkaSASLScramSHA256, Username: kafkaUser, PasswordFile: pw}
+		s, sc, prefix := secureSink(t, "kafka-scram256", b.SASLSSLAddr, &logs, func(k *kafka.Config) {
+			k.TLS = &kafka.TLS{CAFile: b.CAFile}
+			k.SASL = &kafka.SASL{Mechanism: kafka.SASLScramSHA256, Username: kafkaUser, PasswordFile: pw}
 		})
 		writeAndReadBack(t, s, sc, widgetTopic(prefix))
 		if strings.Contains(logs.String(), kafkaPassword) {
@@ -134,8 +133,8 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 			t.Fatal(err)
 		}
 		var logs testkit.Buffer
-		s, sc, prefix := secureSink(t, "kafka-mtls", b.SSLAddr, &logs, func(k *config.KafkaSink) {
-			k.TLS = &config.KafkaTLS{CAFile: b.CAFile, CertFile: cert, KeyFile: key}
+		s, sc, prefix := secureSink(t, "kafka-mtls", b.SSLAddr, &logs, func(k *kafka.Config) {
+			k.TLS = &kafka.TLS{CAFile: b.CAFile, CertFile: cert, KeyFile: key}
 		})
 		writeAndReadBack(t, s, sc, widgetTopic(prefix))
 	})
@@ -143,8 +142,8 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 	t.Run("TLS without the client certificate the broker requires fails Connect with a TLS error", func(t *testing.T) {
 		name := "kafka-no-client-cert"
 		var logs testkit.Buffer
-		s, _, _ := secureSink(t, name, b.SSLAddr, &logs, func(k *config.KafkaSink) {
-			k.TLS = &config.KafkaTLS{CAFile: b.CAFile}
+		s, _, _ := secureSink(t, name, b.SSLAddr, &logs, func(k *kafka.Config) {
+			k.TLS = &kafka.TLS{CAFile: b.CAFile}
 		})
 		before := testutil.ToFloat64(metrics.SinkConnectFailures.WithLabelValues(name, metrics.ConnectTLS))
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -164,14 +163,14 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 		}
 	})
 
-	for _, mech := range []string{config.KafkaSASLScramSHA512, config.KafkaSASLPlain} {
+	for _, mech := range []string{kafka.SASLScramSHA512, kafka.SASLPlain} {
 		t.Run("A wrong "+mech+" password fails Connect clearly, marks the sink unhealthy and never shows the password", func(t *testing.T) {
 			pw := writeFile(t, "password", wrongPassword+"\n")
 			name := "kafka-wrong-" + strings.ToLower(mech)
 			var logs testkit.Buffer
-			s, _, _ := secureSink(t, name, b.SASLSSLAddr, &logs, func(k *config.KafkaSink) {
-				k.TLS = &config.KafkaTLS{CAFile: b.CAFile}
-				k.SASL = &config.KafkaSASL{Mechanism: mech, Username: kafkaUser, PasswordFile: pw}
+			s, _, _ := secureSink(t, name, b.SASLSSLAddr, &logs, func(k *kafka.Config) {
+				k.TLS = &kafka.TLS{CAFile: b.CAFile}
+				k.SASL = &kafka.SASL{Mechanism: mech, Username: kafkaUser, PasswordFile: pw}
 			})
 			before := testutil.ToFloat64(metrics.SinkConnectFailures.WithLabelValues(name, metrics.ConnectAuth))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -260,7 +259,7 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 
 // writeAndReadBack writes three changes through s and reads them back with
 // kafka.ReadTopic over the same secured listener and credentials.
-func writeAndReadBack(t *testing.T, s sinks.Sink, sc config.Sink, topic string) {
+func writeAndReadBack(t *testing.T, s sinks.Sink, sc *kafka.Config, topic string) {
 	t.Helper()
 	connect(t, s)
 	write(t, s,

@@ -26,23 +26,23 @@ import (
 
 // newLoggedSink is newSink on a single partition, with the sink's log
 // going to the returned buffer.
-func newLoggedSink(t *testing.T, addr string, edit func(*config.KafkaSink)) (sinks.Sink, string, *testkit.Buffer) {
+func newLoggedSink(t *testing.T, addr string, edit func(*kafka.Config)) (sinks.Sink, string, *testkit.Buffer) {
 	t.Helper()
 	prefix := uniquePrefix(t)
-	kc := &config.KafkaSink{
+	kc := &kafka.Config{
 		Brokers:        []string{addr},
 		Topic:          prefix + ".{group}.{resource}",
-		CreateTopics:   &config.KafkaCreateTopics{Partitions: 1, ReplicationFactor: 1},
+		CreateTopics:   &kafka.CreateTopics{Partitions: 1, ReplicationFactor: 1},
 		RequestTimeout: config.NewDuration(10 * time.Second),
 		DialTimeout:    config.NewDuration(2 * time.Second),
-		Batch:          &config.KafkaBatch{Linger: config.NewDuration(0)},
+		Batch:          &kafka.Batch{Linger: config.NewDuration(0)},
 	}
 	if edit != nil {
 		edit(kc)
 	}
 	logs := &testkit.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s, err := kafka.New(config.Sink{Name: "kafka-test", Type: config.SinkTypeKafka, Kafka: kc}, sinks.Deps{Logger: log})
+	s, err := kafka.New("kafka-test", kc, sinks.Deps{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

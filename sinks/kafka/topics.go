@@ -11,7 +11,6 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/config"
 )
 
 // partitionsMaxAge is how long a topic's partition count is trusted before
@@ -35,8 +34,8 @@ func (s *Sink) topicFor(ev *event.Event) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("kafka: event %s: source %q is not a kubewire resource source", ev.ID(), src)
 	}
-	t = config.KafkaTopic(s.cfg.Topic, r.Cluster, r.Group, r.Version, r.Resource)
-	if why := config.ValidateKafkaTopicName(t); why != "" {
+	t = TopicName(s.cfg.Topic, r.Cluster, r.Group, r.Version, r.Resource)
+	if why := ValidateTopicName(t); why != "" {
 		return "", fmt.Errorf("kafka: event %s: topic %q %s", ev.ID(), t, why)
 	}
 	s.mu.Lock()

@@ -14,7 +14,6 @@ import (
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/secretfile"
 	"github.com/kubewire/kubewire/internal/tlsfiles"
@@ -47,12 +46,12 @@ func (s *Sink) newTransport() (*kafkago.Transport, error) {
 	return tr, nil
 }
 
-func tlsConfig(t *config.KafkaTLS) (*tls.Config, error) {
+func tlsConfig(t *TLS) (*tls.Config, error) {
 	return tlsfiles.Config("kafka", tlsfiles.Files{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile,
 		ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify})
 }
 
-func saslMechanism(c *config.KafkaSASL) (sasl.Mechanism, error) {
+func saslMechanism(c *SASL) (sasl.Mechanism, error) {
 	var password string
 	switch {
 	case c.PasswordFile != "":
@@ -69,11 +68,11 @@ func saslMechanism(c *config.KafkaSASL) (sasl.Mechanism, error) {
 		password = v
 	}
 	switch c.Mechanism {
-	case config.KafkaSASLPlain:
+	case SASLPlain:
 		return plain.Mechanism{Username: c.Username, Password: password}, nil
-	case config.KafkaSASLScramSHA256, config.KafkaSASLScramSHA512:
+	case SASLScramSHA256, SASLScramSHA512:
 		algo := scram.SHA256
-		if c.Mechanism == config.KafkaSASLScramSHA512 {
+		if c.Mechanism == SASLScramSHA512 {
 			algo = scram.SHA512
 		}
 		m, err := scram.Mechanism(algo, c.Username, password)

@@ -7,7 +7,6 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/kubewire/kubewire/internal/benchdata"
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -18,7 +17,7 @@ import (
 // the subject from the default template, then the binary (ce- headers,
 // percent-encoded) or structured message.
 func BenchmarkMessage(b *testing.B) {
-	tmpl, err := CompileTemplate(config.DefaultNATSSubject)
+	tmpl, err := CompileTemplate(DefaultSubject)
 	if err != nil {
 		b.Fatal(err)
 	}

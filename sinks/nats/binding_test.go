@@ -116,9 +116,9 @@ func FuzzHeaderValuesRoundTripAndStayPrintable(f *testing.F) {
 // header names, no Content-Type, Nats-Msg-Id, and values that need encoding.
 func TestABinaryMessageCarriesEveryAttributeInCEHeadersAndTheMessageID(t *testing.T) {
 	b := startBroker(t)
-	cfg := b.sinkConfig(config.NATSModeJetStream)
+	cfg := b.sinkConfig(kwnats.ModeJetStream)
 	cfg.Subject = "bin.{namespace}.{name}"
-	cfg.JetStream = &config.NATSJetStream{Stream: &config.NATSStream{Name: "BIN"}}
+	cfg.JetStream = &kwnats.JetStream{Stream: &kwnats.Stream{Name: "BIN"}}
 	s := newSink(t, "bin", cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -205,7 +205,7 @@ func TestAStructuredMessageIsTheJSONEventWithTheCloudEventsContentType(t *testin
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	cfg := b.sinkConfig(config.NATSModeCore)
+	cfg := b.sinkConfig(kwnats.ModeCore)
 	cfg.Subject = "st.{resource}.{name}"
 	cfg.ContentMode = config.ContentModeStructured
 	s := newSink(t, "st", cfg)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -27,11 +28,11 @@ func jetStreamHarness(b *broker, contentMode string, restart bool) sinktest.Harn
 	h := sinktest.Harness{
 		New: func(t *testing.T) (sinks.Sink, sinktest.Reader) {
 			n := strconv.FormatInt(seq.Add(1), 10)
-			cfg := b.sinkConfig(config.NATSModeJetStream)
+			cfg := b.sinkConfig(kwnats.ModeJetStream)
 			cfg.ContentMode = contentMode
 			cfg.Subject = "js" + n + ".{cluster}.{group}.{version}.{resource}.{namespace}.{name}"
 			stream := "CONFORMANCE_" + n
-			cfg.JetStream = &config.NATSJetStream{MaxPending: 64, Stream: &config.NATSStream{Name: stream}}
+			cfg.JetStream = &kwnats.JetStream{MaxPending: 64, Stream: &kwnats.Stream{Name: stream}}
 			s := newSink(t, "js-"+n, cfg)
 			nc := b.connect(t)
 			return s, func(ctx context.Context, t *testing.T) []*event.Event { return readStream(ctx, t, nc, stream) }
@@ -94,7 +95,7 @@ func coreHarness(b *broker) sinktest.Harness {
 	return sinktest.Harness{
 		New: func(t *testing.T) (sinks.Sink, sinktest.Reader) {
 			n := strconv.FormatInt(seq.Add(1), 10)
-			cfg := b.sinkConfig(config.NATSModeCore)
+			cfg := b.sinkConfig(kwnats.ModeCore)
 			cfg.Subject = "core" + n + ".{cluster}.{group}.{version}.{resource}.{namespace}.{name}"
 			nc := b.connect(t)
 			var mu sync.Mutex

@@ -19,6 +19,7 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -39,9 +40,9 @@ func events(t *testing.T, keys, perKey int) []*event.Event {
 
 func TestAResentBatchIsStoredOnceBecauseNatsMsgIdDeduplicates(t *testing.T) {
 	b := startBroker(t)
-	cfg := b.sinkConfig(config.NATSModeJetStream)
+	cfg := b.sinkConfig(kwnats.ModeJetStream)
 	cfg.Subject = "dedup.{namespace}.{name}"
-	cfg.JetStream = &config.NATSJetStream{MaxPending: 4, Stream: &config.NATSStream{Name: "DEDUP"}}
+	cfg.JetStream = &kwnats.JetStream{MaxPending: 4, Stream: &kwnats.Stream{Name: "DEDUP"}}
 	s := newSink(t, "dedup", cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -80,7 +81,7 @@ func TestAResentBatchIsStoredOnceBecauseNatsMsgIdDeduplicates(t *testing.T) {
 
 func TestAJetStreamWriteWithoutAStreamFailsAndIsRetryable(t *testing.T) {
 	b := startBroker(t)
-	cfg := b.sinkConfig(config.NATSModeJetStream)
+	cfg := b.sinkConfig(kwnats.ModeJetStream)
 	cfg.Subject = "nostream.{name}"
 	cfg.PublishTimeout = config.NewDuration(time.Second)
 	s := newSink(t, "nostream", cfg)
@@ -106,7 +107,7 @@ func TestAJetStreamWriteWithoutAStreamFailsAndIsRetryable(t *testing.T) {
 // must fail rather than grow memory or vanish silently.
 func TestACoreWriteReportsAFullReconnectBufferAndRecoversWhenTheServerReturns(t *testing.T) {
 	b := startBroker(t)
-	cfg := b.sinkConfig(config.NATSModeCore)
+	cfg := b.sinkConfig(kwnats.ModeCore)
 	cfg.Subject = "overflow.{name}"
 	cfg.ReconnectBufferBytes = 4096
 	cfg.PublishTimeout = config.NewDuration(200 * time.Millisecond)

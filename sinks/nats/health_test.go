@@ -8,10 +8,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
 
 // An idle sink whose server goes away must turn unhealthy without waiting
@@ -20,7 +20,7 @@ import (
 func TestAnIdleSinkTurnsUnhealthyWhenTheServerGoesAwayAndHealthyWhenItReturns(t *testing.T) {
 	b := startBroker(t)
 	const name = "idle-health"
-	d := sinks.NewDispatcher(name, newSink(t, name, b.sinkConfig(config.NATSModeCore)), sinks.Options{})
+	d := sinks.NewDispatcher(name, newSink(t, name, b.sinkConfig(kwnats.ModeCore)), sinks.Options{})
 	d.Start()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

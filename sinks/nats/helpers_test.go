@@ -137,9 +137,9 @@ func (b *broker) connect(t *testing.T) *natsgo.Conn {
 }
 
 // sinkConfig is a valid nats block for a sink of broker b.
-func (b *broker) sinkConfig(mode string) *config.NATSSink {
+func (b *broker) sinkConfig(mode string) *kwnats.Config {
 	zero := -1
-	return &config.NATSSink{
+	return &kwnats.Config{
 		Mode:           mode,
 		Servers:        []string{b.URL()},
 		MaxReconnects:  &zero,
@@ -149,18 +149,18 @@ func (b *broker) sinkConfig(mode string) *config.NATSSink {
 }
 
 // newSink validates cfg as a whole configuration would and builds the sink.
-func newSink(t testing.TB, name string, cfg *config.NATSSink) sinks.Sink {
+func newSink(t testing.TB, name string, cfg *kwnats.Config) sinks.Sink {
 	t.Helper()
 	c := &config.Config{
 		APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "conformance",
 		Resources: []config.Resource{{Version: "v1", Resource: "configmaps", Sinks: []string{name}}},
-		Sinks:     []config.Sink{{Name: name, Type: config.SinkTypeNATS, NATS: cfg}},
+		Sinks:     []config.Sink{{Name: name, Type: kwnats.Type, Block: cfg}},
 	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("test config is invalid: %v", err)
 	}
-	s, err := kwnats.New(c.Sinks[0], sinks.Deps{
+	s, err := kwnats.New(name, cfg, sinks.Deps{
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -95,10 +96,10 @@ func TestSdkGosJetStreamReceiverReadsKubewiresBinaryAndStructuredMessages(t *tes
 	for _, mode := range []string{config.ContentModeBinary, config.ContentModeStructured} {
 		t.Run(mode, func(t *testing.T) {
 			stream := "SDK" + mode
-			cfg := b.sinkConfig(config.NATSModeJetStream)
+			cfg := b.sinkConfig(kwnats.ModeJetStream)
 			cfg.ContentMode = mode
 			cfg.Subject = stream + ".{cluster}.{group}.{version}.{resource}.{namespace}.{name}"
-			cfg.JetStream = &config.NATSJetStream{Stream: &config.NATSStream{Name: stream}}
+			cfg.JetStream = &kwnats.JetStream{Stream: &kwnats.Stream{Name: stream}}
 			s := newSink(t, "js", cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -157,7 +158,7 @@ func TestSdkGosCoreNATSReceiverReadsKubewiresStructuredMessagesAndItsJetStreamMe
 	b := startBroker(t)
 	for _, mode := range []string{config.ContentModeBinary, config.ContentModeStructured} {
 		t.Run(mode, func(t *testing.T) {
-			cfg := b.sinkConfig(config.NATSModeCore)
+			cfg := b.sinkConfig(kwnats.ModeCore)
 			cfg.ContentMode = mode
 			cfg.Subject = "core" + mode + ".{cluster}.{group}.{version}.{resource}.{namespace}.{name}"
 			s := newSink(t, "core", cfg)

@@ -13,6 +13,7 @@ import (
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -21,7 +22,7 @@ import (
 // same sink go on, and follow in order once its stream exists.
 func TestAResourceWithoutAStreamWaitsWhileTheOtherResourcesOfTheSinkGoOn(t *testing.T) {
 	b := startBroker(t)
-	cfg := b.sinkConfig(config.NATSModeJetStream)
+	cfg := b.sinkConfig(kwnats.ModeJetStream)
 	cfg.Subject = "iso.{resource}.{name}"
 	cfg.PublishTimeout = config.NewDuration(time.Second)
 	s := newSink(t, "iso", cfg)

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -93,7 +92,7 @@ func PartitionKeyOfKV(key string) (string, error) {
 
 // openKV creates or updates the bucket when the config says so, else binds
 // to the existing one.
-func openKV(ctx context.Context, js jetstream.JetStream, kv *config.NATSKV, timeout time.Duration) (jetstream.KeyValue, error) {
+func openKV(ctx context.Context, js jetstream.JetStream, kv *KV, timeout time.Duration) (jetstream.KeyValue, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if !kv.Create {
@@ -104,7 +103,7 @@ func openKV(ctx context.Context, js jetstream.JetStream, kv *config.NATSKV, time
 		return b, nil
 	}
 	storage := jetstream.FileStorage
-	if kv.Storage == config.NATSStorageMemory {
+	if kv.Storage == StorageMemory {
 		storage = jetstream.MemoryStorage
 	}
 	b, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{

@@ -11,7 +11,6 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
@@ -58,11 +57,11 @@ func TestEveryPartitionKeyMapsToAValidBucketKeyThatMapsBack(t *testing.T) {
 
 func TestAWriteWhoseBucketWriteFailsIsNotDeliveredAndARetrySucceedsOnceTheBucketIsBack(t *testing.T) {
 	b := startBroker(t)
-	cfg := b.sinkConfig(config.NATSModeJetStream)
+	cfg := b.sinkConfig(kwnats.ModeJetStream)
 	cfg.Subject = "kvt.{namespace}.{name}"
-	cfg.JetStream = &config.NATSJetStream{
-		Stream: &config.NATSStream{Name: "KVT"},
-		KV:     &config.NATSKV{Bucket: "objects", Create: true},
+	cfg.JetStream = &kwnats.JetStream{
+		Stream: &kwnats.Stream{Name: "KVT"},
+		KV:     &kwnats.KV{Bucket: "objects", Create: true},
 	}
 	s := newSink(t, "kv", cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -5,22 +5,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/config"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
 // Enqueue → ack through the dispatcher, for 10 KB events, on an embedded
 // nats-server: the PubAck in JetStream mode, the flush in core mode.
 func BenchmarkLatency(b *testing.B) {
-	for _, mode := range []string{config.NATSModeJetStream, config.NATSModeCore} {
+	for _, mode := range []string{kwnats.ModeJetStream, kwnats.ModeCore} {
 		for _, rate := range []int{200, 1000} {
 			b.Run(mode+"/"+strconv.Itoa(rate)+"-per-s", func(b *testing.B) {
 				br := startBroker(b)
 				n := strconv.FormatInt(seq.Add(1), 10)
 				cfg := br.sinkConfig(mode)
 				cfg.Subject = "lat" + n + ".{cluster}.{group}.{version}.{resource}.{namespace}.{name}"
-				if mode == config.NATSModeJetStream {
-					cfg.JetStream = &config.NATSJetStream{MaxPending: 256, Stream: &config.NATSStream{Name: "LAT_" + n}}
+				if mode == kwnats.ModeJetStream {
+					cfg.JetStream = &kwnats.JetStream{MaxPending: 256, Stream: &kwnats.Stream{Name: "LAT_" + n}}
 				}
 				sinktest.Latency(b, newSink(b, "lat-"+n, cfg), rate, 3*time.Second)
 			})

@@ -10,6 +10,7 @@ package nats
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,16 +34,21 @@ import (
 )
 
 // Type is the config `type` of this sink.
-const Type = config.SinkTypeNATS
+const Type = "nats"
 
-// Register adds the NATS sink to r.
-func Register(r sinks.Registry) { r[Type] = New }
+// Spec is the NATS sink type.
+var Spec = sinks.NewSpec(Type, schema, New)
+
+// schema is the JSON Schema of the nats block, for the Helm chart.
+//
+//go:embed schema.json
+var schema string
 
 // Sink publishes to NATS. It is safe for the concurrent Writes of several
 // dispatcher shards.
 type Sink struct {
 	name string
-	cfg  config.NATSSink
+	cfg  Config
 	tmpl *Template
 	log  *slog.Logger
 
@@ -107,12 +113,9 @@ func (s *Sink) report(nc *natsgo.Conn, up bool) {
 	}
 }
 
-// New is the sinks.Factory of the NATS sink. Nothing connects until Connect.
-func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
-	if cfg.NATS == nil {
-		return nil, errors.New("nats: the sink has no nats block")
-	}
-	c := cfg.NATS.Defaulted()
+// New builds a NATS sink from its block, defaulted here for a block built in code. Nothing connects until Connect.
+func New(name string, cfg *Config, deps sinks.Deps) (sinks.Sink, error) {
+	c := cfg.Defaulted()
 	tmpl, err := CompileTemplate(c.Subject)
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
@@ -122,15 +125,15 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		log = slog.Default()
 	}
 	s := &Sink{
-		name:    cfg.Name,
+		name:    name,
 		cfg:     c,
 		tmpl:    tmpl,
-		log:     log.With("sink", cfg.Name, "type", Type),
+		log:     log.With("sink", name, "type", Type),
 		pending: map[*natsgo.Msg]waiter{},
 
 		kvWindows: map[kvWindowKey]uint64{},
 	}
-	if c.Mode == config.NATSModeJetStream {
+	if c.Mode == ModeJetStream {
 		s.window = make(chan struct{}, c.JetStream.MaxPending)
 	}
 	return s, nil
@@ -185,7 +188,7 @@ func (s *Sink) dialOnceLocked(ctx context.Context) error {
 	}
 	var js jetstream.JetStream
 	var kv jetstream.KeyValue
-	if s.cfg.Mode == config.NATSModeJetStream {
+	if s.cfg.Mode == ModeJetStream {
 		js, err = jetstream.New(nc,
 			// Our window is the real bound; the library's must not be
 			// smaller, or it would stall publishes we already admitted.
@@ -220,11 +223,11 @@ func (s *Sink) dialOnceLocked(ctx context.Context) error {
 	return nil
 }
 
-func provision(ctx context.Context, js jetstream.JetStream, st *config.NATSStream, timeout time.Duration) error {
+func provision(ctx context.Context, js jetstream.JetStream, st *Stream, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	storage := jetstream.FileStorage
-	if st.Storage == config.NATSStorageMemory {
+	if st.Storage == StorageMemory {
 		storage = jetstream.MemoryStorage
 	}
 	sc := jetstream.StreamConfig{
@@ -440,7 +443,7 @@ func (s *Sink) message(ev *event.Event) (*natsgo.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.cfg.Mode == config.NATSModeJetStream {
+	if s.cfg.Mode == ModeJetStream {
 		m.Header[jetstream.MsgIDHeader] = []string{ev.ID()}
 	}
 	return m, nil

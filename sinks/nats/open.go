@@ -9,7 +9,6 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -21,13 +20,13 @@ var ErrNoHistory = errors.New("nats: core NATS keeps no history to read; only a 
 // credentials, and finds the JetStream stream that keeps its messages: the
 // one the config provisions, or else the one that captures the sink's
 // subjects. The caller closes the connection.
-func OpenStream(ctx context.Context, sc config.Sink) (*natsgo.Conn, jetstream.JetStream, string, error) {
-	s, err := New(sc, sinks.Deps{})
+func OpenStream(ctx context.Context, c *Config) (*natsgo.Conn, jetstream.JetStream, string, error) {
+	s, err := New("reader", c, sinks.Deps{})
 	if err != nil {
 		return nil, nil, "", err
 	}
 	sink := s.(*Sink)
-	if sink.cfg.Mode != config.NATSModeJetStream {
+	if sink.cfg.Mode != ModeJetStream {
 		return nil, nil, "", ErrNoHistory
 	}
 	opts, err := sink.options()
@@ -46,7 +45,7 @@ func OpenStream(ctx context.Context, sc config.Sink) (*natsgo.Conn, jetstream.Je
 	if st := sink.cfg.JetStream.Stream; st != nil {
 		return nc, js, st.Name, nil
 	}
-	subject := config.NATSStreamSubject(sink.cfg.Subject)
+	subject := StreamSubject(sink.cfg.Subject)
 	name, err := js.StreamNameBySubject(ctx, subject)
 	if err != nil {
 		nc.Close()

@@ -22,6 +22,7 @@ import (
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -62,12 +63,12 @@ func TestAnEventTooLargeForTheServerArrivesAsAReferenceEventWithItsId(t *testing
 		// client, refuses the full event.
 		streamMaxMsgSize int32
 	}{
-		{"core binary", "core-binary", config.NATSModeCore, config.ContentModeBinary, 0},
-		{"core structured", "core-structured", config.NATSModeCore, config.ContentModeStructured, 0},
-		{"jetstream binary", "js-binary", config.NATSModeJetStream, config.ContentModeBinary, 0},
-		{"jetstream structured", "js-structured", config.NATSModeJetStream, config.ContentModeStructured, 0},
-		{"jetstream binary under the stream's max_msg_size", "js-stream-binary", config.NATSModeJetStream, config.ContentModeBinary, 4 << 10},
-		{"jetstream structured under the stream's max_msg_size", "js-stream-structured", config.NATSModeJetStream, config.ContentModeStructured, 4 << 10},
+		{"core binary", "core-binary", kwnats.ModeCore, config.ContentModeBinary, 0},
+		{"core structured", "core-structured", kwnats.ModeCore, config.ContentModeStructured, 0},
+		{"jetstream binary", "js-binary", kwnats.ModeJetStream, config.ContentModeBinary, 0},
+		{"jetstream structured", "js-structured", kwnats.ModeJetStream, config.ContentModeStructured, 0},
+		{"jetstream binary under the stream's max_msg_size", "js-stream-binary", kwnats.ModeJetStream, config.ContentModeBinary, 4 << 10},
+		{"jetstream structured under the stream's max_msg_size", "js-stream-structured", kwnats.ModeJetStream, config.ContentModeStructured, 4 << 10},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,13 +83,13 @@ func TestAnEventTooLargeForTheServerArrivesAsAReferenceEventWithItsId(t *testing
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.mode == config.NATSModeJetStream {
+			if tc.mode == kwnats.ModeJetStream {
 				// The test makes the stream, so that it can set max_msg_size.
 				if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "REFS", Subjects: []string{"refs.>"},
 					Storage: jetstream.MemoryStorage, MaxMsgSize: tc.streamMaxMsgSize}); err != nil {
 					t.Fatal(err)
 				}
-				cfg.JetStream = &config.NATSJetStream{MaxPending: 16}
+				cfg.JetStream = &kwnats.JetStream{MaxPending: 16}
 			}
 			name := "oversize-" + tc.sink
 			s := newSink(t, name, cfg)
@@ -147,7 +148,7 @@ func TestAnEventTooLargeForTheServerArrivesAsAReferenceEventWithItsId(t *testing
 			mu.Lock()
 			msgs := append([]received(nil), got...)
 			mu.Unlock()
-			if tc.mode == config.NATSModeJetStream {
+			if tc.mode == kwnats.ModeJetStream {
 				msgs = streamMessages(ctx, t, js, "REFS")
 			}
 
@@ -173,7 +174,7 @@ func TestAnEventTooLargeForTheServerArrivesAsAReferenceEventWithItsId(t *testing
 				if p := extString(ev, encoding.ExtPayload); p != encoding.PayloadReference {
 					t.Errorf("the large event arrived with payload %q, want %q", p, encoding.PayloadReference)
 				}
-				if tc.mode == config.NATSModeJetStream && m.header.Get(jetstream.MsgIDHeader) != evs[1].ID() {
+				if tc.mode == kwnats.ModeJetStream && m.header.Get(jetstream.MsgIDHeader) != evs[1].ID() {
 					t.Errorf("Nats-Msg-Id = %q, want the full event's id %q", m.header.Get(jetstream.MsgIDHeader), evs[1].ID())
 				}
 				if ev.Type() != evs[1].Type() || ev.Subject() != evs[1].Subject() || ev.DataContentType() != "application/json" {
@@ -228,12 +229,12 @@ func streamMessages(ctx context.Context, t *testing.T, js jetstream.JetStream, s
 }
 
 func TestAnEventWhoseReferenceIsTooLargeTooFailsPermanentlyAndIsCountedAsDropped(t *testing.T) {
-	for _, mode := range []string{config.NATSModeCore, config.NATSModeJetStream} {
+	for _, mode := range []string{kwnats.ModeCore, kwnats.ModeJetStream} {
 		t.Run(mode, func(t *testing.T) {
 			// A stream whose max_msg_size no event fits, not even a
 			// reference; core NATS gets the same from a tiny max_payload.
 			opts := natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
-			if mode == config.NATSModeCore {
+			if mode == kwnats.ModeCore {
 				opts.MaxPayload = 256
 			}
 			b := newBroker(t, &embedded{opts: opts})
@@ -241,7 +242,7 @@ func TestAnEventWhoseReferenceIsTooLargeTooFailsPermanentlyAndIsCountedAsDropped
 			defer cancel()
 			cfg := b.sinkConfig(mode)
 			cfg.Subject = "tiny.{namespace}.{name}"
-			if mode == config.NATSModeJetStream {
+			if mode == kwnats.ModeJetStream {
 				js, err := jetstream.New(b.connect(t))
 				if err != nil {
 					t.Fatal(err)
@@ -250,7 +251,7 @@ func TestAnEventWhoseReferenceIsTooLargeTooFailsPermanentlyAndIsCountedAsDropped
 					Storage: jetstream.MemoryStorage, MaxMsgSize: 64}); err != nil {
 					t.Fatal(err)
 				}
-				cfg.JetStream = &config.NATSJetStream{MaxPending: 16}
+				cfg.JetStream = &kwnats.JetStream{MaxPending: 16}
 			}
 			name := "tiny-" + mode
 			s := newSink(t, name, cfg)
@@ -275,15 +276,15 @@ func TestAnEventWhoseReferenceIsTooLargeTooFailsPermanentlyAndIsCountedAsDropped
 }
 
 func TestAnOversizedEventWithoutAReferenceEventFailsPermanentlyRatherThanForever(t *testing.T) {
-	for _, mode := range []string{config.NATSModeCore, config.NATSModeJetStream} {
+	for _, mode := range []string{kwnats.ModeCore, kwnats.ModeJetStream} {
 		t.Run(mode, func(t *testing.T) {
 			b := startSmallBroker(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cfg := b.sinkConfig(mode)
 			cfg.Subject = "marker.{resource}.{namespace}.{name}"
-			if mode == config.NATSModeJetStream {
-				cfg.JetStream = &config.NATSJetStream{MaxPending: 16, Stream: &config.NATSStream{Name: "MARKER"}}
+			if mode == kwnats.ModeJetStream {
+				cfg.JetStream = &kwnats.JetStream{MaxPending: 16, Stream: &kwnats.Stream{Name: "MARKER"}}
 			}
 			s := newSink(t, "marker-"+mode, cfg)
 			if err := s.Connect(ctx); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks"
 )
 
 // DecodeMessage reads the CloudEvent of a message written by this sink (or
@@ -40,8 +41,8 @@ func DecodeMessage(h natsgo.Header, data []byte) (*event.Event, error) {
 // last one it held when reading began, and calls fn for each event in
 // stream order. The stream is the one the config provisions, or else the one
 // that captures the sink's subjects.
-func ReadStream(ctx context.Context, sc config.Sink, fn func(*event.Event) error) error {
-	nc, js, name, err := OpenStream(ctx, sc)
+func ReadStream(ctx context.Context, c *Config, fn func(*event.Event) error) error {
+	nc, js, name, err := OpenStream(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -91,4 +92,15 @@ func ReadStream(ctx context.Context, sc config.Sink, fn func(*event.Event) error
 			return fmt.Errorf("nats: stream %s ended before sequence %d", name, last)
 		}
 	}
+}
+
+var _ sinks.Reader = (*Config)(nil)
+
+// ReadBack implements sinks.Reader: a JetStream stream is one ordered
+// partition. A core NATS sink fails with ErrNoHistory.
+func (c *Config) ReadBack(ctx context.Context, _ []config.Route, fn func(sinks.Record) error) error {
+	return ReadStream(ctx, c, func(ev *event.Event) error {
+		key, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+		return fn(sinks.Record{Key: key, Event: ev})
+	})
 }

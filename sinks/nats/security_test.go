@@ -46,7 +46,7 @@ type authCase struct {
 	// server changes the embedded server's options.
 	server func(o *natsserver.Options)
 	// right and wrong set up the sink's TLS and auth.
-	right, wrong func(t *testing.T, c *config.NATSSink)
+	right, wrong func(t *testing.T, c *kwnats.Config)
 	// client are the test subscriber's options.
 	client func(t *testing.T) []natsgo.Option
 	// secrets must appear in no error and no log line.
@@ -82,8 +82,8 @@ func authCases(t *testing.T) []authCase {
 			server: func(o *natsserver.Options) {
 				o.TLS, o.TLSConfig, o.TLSTimeout = true, serverTLS, 2
 			},
-			right: func(t *testing.T, c *config.NATSSink) { c.TLS = &config.NATSTLS{CAFile: ca.CertFile} },
-			wrong: func(t *testing.T, c *config.NATSSink) { c.TLS = &config.NATSTLS{CAFile: other.CertFile} },
+			right: func(t *testing.T, c *kwnats.Config) { c.TLS = &kwnats.TLS{CAFile: ca.CertFile} },
+			wrong: func(t *testing.T, c *kwnats.Config) { c.TLS = &kwnats.TLS{CAFile: other.CertFile} },
 			client: func(t *testing.T) []natsgo.Option {
 				return []natsgo.Option{natsgo.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})}
 			},
@@ -92,11 +92,11 @@ func authCases(t *testing.T) []authCase {
 		{
 			name:   "user and password from a file",
 			server: func(o *natsserver.Options) { o.Users = []*natsserver.User{{Username: "kubewire", Password: password}} },
-			right: func(t *testing.T, c *config.NATSSink) {
-				c.Auth = &config.NATSAuth{User: "kubewire", PasswordFile: writeSecret(t, "password", password+"\n"), AllowInsecure: true}
+			right: func(t *testing.T, c *kwnats.Config) {
+				c.Auth = &kwnats.Auth{User: "kubewire", PasswordFile: writeSecret(t, "password", password+"\n"), AllowInsecure: true}
 			},
-			wrong: func(t *testing.T, c *config.NATSSink) {
-				c.Auth = &config.NATSAuth{User: "kubewire", PasswordFile: writeSecret(t, "password", wrongPassword+"\n"), AllowInsecure: true}
+			wrong: func(t *testing.T, c *kwnats.Config) {
+				c.Auth = &kwnats.Auth{User: "kubewire", PasswordFile: writeSecret(t, "password", wrongPassword+"\n"), AllowInsecure: true}
 			},
 			client:  func(*testing.T) []natsgo.Option { return []natsgo.Option{natsgo.UserInfo("kubewire", password)} },
 			secrets: []string{password, wrongPassword},
@@ -105,13 +105,13 @@ func authCases(t *testing.T) []authCase {
 		{
 			name:   "token from the environment",
 			server: func(o *natsserver.Options) { o.Authorization = token },
-			right: func(t *testing.T, c *config.NATSSink) {
+			right: func(t *testing.T, c *kwnats.Config) {
 				t.Setenv("KUBEWIRE_TEST_NATS_TOKEN", token)
-				c.Auth = &config.NATSAuth{TokenEnv: "KUBEWIRE_TEST_NATS_TOKEN", AllowInsecure: true}
+				c.Auth = &kwnats.Auth{TokenEnv: "KUBEWIRE_TEST_NATS_TOKEN", AllowInsecure: true}
 			},
-			wrong: func(t *testing.T, c *config.NATSSink) {
+			wrong: func(t *testing.T, c *kwnats.Config) {
 				t.Setenv("KUBEWIRE_TEST_NATS_TOKEN", wrongToken)
-				c.Auth = &config.NATSAuth{TokenEnv: "KUBEWIRE_TEST_NATS_TOKEN", AllowInsecure: true}
+				c.Auth = &kwnats.Auth{TokenEnv: "KUBEWIRE_TEST_NATS_TOKEN", AllowInsecure: true}
 			},
 			client:  func(*testing.T) []natsgo.Option { return []natsgo.Option{natsgo.Token(token)} },
 			secrets: []string{token, wrongToken},
@@ -120,11 +120,11 @@ func authCases(t *testing.T) []authCase {
 		{
 			name:   "nkey seed from a file",
 			server: func(o *natsserver.Options) { o.Nkeys = []*natsserver.NkeyUser{{Nkey: userPub}} },
-			right: func(t *testing.T, c *config.NATSSink) {
-				c.Auth = &config.NATSAuth{NkeySeedFile: writeSecret(t, "user.nk", string(userSeed)+"\n")}
+			right: func(t *testing.T, c *kwnats.Config) {
+				c.Auth = &kwnats.Auth{NkeySeedFile: writeSecret(t, "user.nk", string(userSeed)+"\n")}
 			},
-			wrong: func(t *testing.T, c *config.NATSSink) {
-				c.Auth = &config.NATSAuth{NkeySeedFile: writeSecret(t, "user.nk", string(strangerSeed)+"\n")}
+			wrong: func(t *testing.T, c *kwnats.Config) {
+				c.Auth = &kwnats.Auth{NkeySeedFile: writeSecret(t, "user.nk", string(strangerSeed)+"\n")}
 			},
 			client: func(t *testing.T) []natsgo.Option {
 				o, err := natsgo.NkeyOptionFromSeed(writeSecret(t, "client.nk", string(userSeed)))
@@ -139,11 +139,11 @@ func authCases(t *testing.T) []authCase {
 		{
 			name:   "creds file of a user of an account the operator signed",
 			server: trusted,
-			right: func(t *testing.T, c *config.NATSSink) {
-				c.Auth = &config.NATSAuth{CredsFile: writeSecret(t, "user.creds", creds.file)}
+			right: func(t *testing.T, c *kwnats.Config) {
+				c.Auth = &kwnats.Auth{CredsFile: writeSecret(t, "user.creds", creds.file)}
 			},
-			wrong: func(t *testing.T, c *config.NATSSink) {
-				c.Auth = &config.NATSAuth{CredsFile: writeSecret(t, "user.creds", wrongCreds.file)}
+			wrong: func(t *testing.T, c *kwnats.Config) {
+				c.Auth = &kwnats.Auth{CredsFile: writeSecret(t, "user.creds", wrongCreds.file)}
 			},
 			client: func(t *testing.T) []natsgo.Option {
 				return []natsgo.Option{natsgo.UserCredentials(writeSecret(t, "client.creds", creds.file))}
@@ -217,7 +217,7 @@ func TestTheSinkConnectsWithEachSecuredSetupAndAWrongSecretFailsWithoutShowingIt
 
 			t.Run("publishes with the right secret", func(t *testing.T) {
 				var logs testkit.Buffer
-				cfg := b.sinkConfig(config.NATSModeCore)
+				cfg := b.sinkConfig(kwnats.ModeCore)
 				c.right(t, cfg)
 				s := securedSink(t, "nats-right", cfg, &logs)
 				nc, err := natsgo.Connect(b.URL(), c.client(t)...)
@@ -252,7 +252,7 @@ func TestTheSinkConnectsWithEachSecuredSetupAndAWrongSecretFailsWithoutShowingIt
 
 			t.Run("fails clearly with a wrong secret", func(t *testing.T) {
 				var logs testkit.Buffer
-				cfg := b.sinkConfig(config.NATSModeCore)
+				cfg := b.sinkConfig(kwnats.ModeCore)
 				c.wrong(t, cfg)
 				const name = "nats-wrong"
 				s := securedSink(t, name, cfg, &logs)
@@ -303,18 +303,18 @@ func TestTheSinkConnectsWithEachSecuredSetupAndAWrongSecretFailsWithoutShowingIt
 	}
 }
 
-func securedSink(t *testing.T, name string, cfg *config.NATSSink, logs *testkit.Buffer) sinks.Sink {
+func securedSink(t *testing.T, name string, cfg *kwnats.Config, logs *testkit.Buffer) sinks.Sink {
 	t.Helper()
 	c := &config.Config{
 		APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "conformance",
 		Resources: []config.Resource{{Version: "v1", Resource: "configmaps", Sinks: []string{name}}},
-		Sinks:     []config.Sink{{Name: name, Type: config.SinkTypeNATS, NATS: cfg}},
+		Sinks:     []config.Sink{{Name: name, Type: kwnats.Type, Block: cfg}},
 	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("test config is invalid: %v", err)
 	}
-	s, err := kwnats.New(c.Sinks[0], sinks.Deps{
+	s, err := kwnats.New(name, cfg, sinks.Deps{
 		// Debug, so that nothing logged at any level escapes the check.
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})

@@ -8,7 +8,6 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/encoding/template"
-	"github.com/kubewire/kubewire/internal/config"
 )
 
 // Fixed tokens stand where an object has no value. They start with "_",
@@ -109,7 +108,7 @@ const (
 )
 
 // placeholderNames names the placeholders in the order of their indexes.
-// They are those of config.NATSSubjectPlaceholders: a template that config
+// They are those of SubjectPlaceholders: a template that config
 // validation accepts parses with them.
 var placeholderNames = [numPlaceholders]string{
 	phCluster: "cluster", phGroup: "group", phVersion: "version", phResource: "resource",
@@ -124,7 +123,7 @@ type Template struct {
 // CompileTemplate parses a subject template; it rejects what config
 // validation rejects.
 func CompileTemplate(tmpl string) (*Template, error) {
-	if errs := config.ValidateNATSSubjectTemplate(nil, tmpl); len(errs) > 0 {
+	if errs := ValidateSubjectTemplate(nil, tmpl); len(errs) > 0 {
 		return nil, fmt.Errorf("subject template: %w", errs.ToAggregate())
 	}
 	// Validation parsed it token by token; as a whole it is the same

@@ -5,6 +5,7 @@ package stdout
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks"
@@ -34,16 +36,34 @@ var ErrClosed = errors.New("stdout: sink is closed")
 
 var _ sinks.Sink = (*Writer)(nil)
 
-// New is the sinks.Factory of the stdout sink.
-func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
+// Config configures a sink of type "stdout".
+type Config struct {
+	// Pretty indents the JSON of each event.
+	Pretty bool `json:"pretty,omitempty"`
+}
+
+// Default does nothing: every field's zero value is its default.
+func (*Config) Default() {}
+
+// Validate accepts every block: there is nothing to get wrong.
+func (*Config) Validate(*field.Path, []config.Route) field.ErrorList { return nil }
+
+// Spec is the stdout sink type.
+var Spec = sinks.NewSpec(Type, schema, New)
+
+// schema is the JSON Schema of the stdout block, for the Helm chart.
+//
+//go:embed schema.json
+var schema string
+
+// New builds a stdout sink.
+func New(_ string, cfg *Config, deps sinks.Deps) (sinks.Sink, error) {
 	out := deps.Stdout
 	if out == nil {
 		out = os.Stdout
 	}
 	w := &Writer{w: bufio.NewWriterSize(out, 64<<10)}
-	if cfg.Stdout != nil {
-		w.pretty = cfg.Stdout.Pretty
-	}
+	w.pretty = cfg.Pretty
 	return w, nil
 }
 
@@ -85,6 +105,3 @@ func (w *Writer) Close(context.Context) error {
 	w.closed = true
 	return w.w.Flush()
 }
-
-// Register adds the stdout sink to r.
-func Register(r sinks.Registry) { r[Type] = New }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -23,7 +22,7 @@ func harness(pretty bool) sinktest.Harness {
 	return sinktest.Harness{
 		New: func(t *testing.T) (sinks.Sink, sinktest.Reader) {
 			var out testkit.Buffer
-			s, err := stdout.New(config.Sink{Name: "stdout", Type: stdout.Type, Stdout: &config.StdoutSink{Pretty: pretty}}, sinks.Deps{Stdout: &out})
+			s, err := stdout.New("stdout", &stdout.Config{Pretty: pretty}, sinks.Deps{Stdout: &out})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
-// Command manifests regenerates deploy/kubewire.yaml from charts/kubewire
-// with the chart's default values. `make manifests` runs it; a test in
-// internal/packaging fails when the file is out of date.
+// Command manifests regenerates the sink types and blocks of the chart's
+// values.schema.json from the registered sink specs, and deploy/kubewire.yaml
+// from charts/kubewire with the chart's default values. `make manifests`
+// runs it; tests in internal/packaging fail when either is out of date.
 package main
 
 import (
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/packaging"
 )
 
@@ -23,6 +25,19 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	schemaPath := filepath.Join(root, packaging.SchemaPath)
+	schema, err := os.ReadFile(schemaPath)
+	if err != nil {
+		return err
+	}
+	if schema, err = packaging.WithSinkSchemas(schema, sinkSchemas()); err != nil {
+		return err
+	}
+	if err := os.WriteFile(schemaPath, schema, 0o644); err != nil {
+		return err
+	}
+	fmt.Println("wrote", packaging.SchemaPath)
+
 	out, err := packaging.DeployManifests(filepath.Join(root, packaging.ChartPath))
 	if err != nil {
 		return err
@@ -33,4 +48,15 @@ func run() error {
 	}
 	fmt.Println("wrote", packaging.DeployPath)
 	return nil
+}
+
+// sinkSchemas lists the block schema of every sink type kubewire ships, in
+// the registry's order.
+func sinkSchemas() []packaging.SinkBlockSchema {
+	reg := app.DefaultRegistry()
+	var out []packaging.SinkBlockSchema
+	for _, t := range reg.Types() {
+		out = append(out, packaging.SinkBlockSchema{Type: t, Schema: reg[t].Schema})
+	}
+	return out
 }

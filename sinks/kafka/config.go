@@ -1,4 +1,4 @@
-package config
+package kafka
 
 import (
 	"fmt"
@@ -8,102 +8,101 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kubewire/kubewire/encoding/template"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/shape"
 )
-
-// SinkTypeKafka is the sink type that produces CloudEvents to Apache Kafka.
-const SinkTypeKafka = "kafka"
 
 // Kafka balancers: how a record's key picks its partition. Every one of them
 // is a pure function of the key, because per-object order in Kafka is
 // per-partition order and an object must always land in the same partition.
 const (
-	// KafkaBalancerMurmur2 is Java's default partitioner for keyed records
+	// BalancerMurmur2 is Java's default partitioner for keyed records
 	// (toPositive(murmur2(key)) % partitions), so Java producers and
 	// consumers agree with kubewire on where a key lives.
-	KafkaBalancerMurmur2 = "murmur2"
-	// KafkaBalancerCRC32 is librdkafka's "consistent" partitioner.
-	KafkaBalancerCRC32 = "crc32"
-	// KafkaBalancerHash is FNV-1a, the default of sarama's hash partitioner.
-	KafkaBalancerHash = "hash"
+	BalancerMurmur2 = "murmur2"
+	// BalancerCRC32 is librdkafka's "consistent" partitioner.
+	BalancerCRC32 = "crc32"
+	// BalancerHash is FNV-1a, the default of sarama's hash partitioner.
+	BalancerHash = "hash"
 )
 
 // Kafka acknowledgement levels.
 const (
-	// KafkaAcksAll waits until every in-sync replica has the record: the
+	// AcksAll waits until every in-sync replica has the record: the
 	// only level at which an acknowledged change survives losing the leader.
-	KafkaAcksAll = "all"
-	// KafkaAcksLeader waits for the leader only.
-	KafkaAcksLeader = "leader"
-	// KafkaAcksNone does not wait at all: delivery becomes at most once.
-	KafkaAcksNone = "none"
+	AcksAll = "all"
+	// AcksLeader waits for the leader only.
+	AcksLeader = "leader"
+	// AcksNone does not wait at all: delivery becomes at most once.
+	AcksNone = "none"
 )
 
 // Kafka compression codecs.
 const (
-	KafkaCompressionNone   = "none"
-	KafkaCompressionGzip   = "gzip"
-	KafkaCompressionSnappy = "snappy"
-	KafkaCompressionLz4    = "lz4"
-	KafkaCompressionZstd   = "zstd"
+	CompressionNone   = "none"
+	CompressionGzip   = "gzip"
+	CompressionSnappy = "snappy"
+	CompressionLz4    = "lz4"
+	CompressionZstd   = "zstd"
 )
 
 // Kafka SASL mechanisms.
 const (
-	KafkaSASLPlain       = "PLAIN"
-	KafkaSASLScramSHA256 = "SCRAM-SHA-256"
-	KafkaSASLScramSHA512 = "SCRAM-SHA-512"
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
 )
 
 // Kafka cleanup policies of topics kubewire creates.
 const (
-	KafkaCleanupDelete  = "delete"
-	KafkaCleanupCompact = "compact"
+	CleanupDelete  = "delete"
+	CleanupCompact = "compact"
 )
 
 // Kafka defaults and limits. docs/sinks/kafka.md explains them.
 const (
-	DefaultKafkaTopic = "k8s.{group}.{resource}"
-	// KafkaCoreGroup stands for the core API group ("") in topic names,
+	DefaultTopic = "k8s.{group}.{resource}"
+	// CoreGroup stands for the core API group ("") in topic names,
 	// which cannot hold an empty segment.
-	KafkaCoreGroup = "core"
-	// DefaultKafkaBatchMaxMessages bounds one produce request per partition.
-	DefaultKafkaBatchMaxMessages = 1000
-	// DefaultKafkaBatchMaxBytes bounds the record values and keys of one
+	CoreGroup = "core"
+	// DefaultBatchMaxMessages bounds one produce request per partition.
+	DefaultBatchMaxMessages = 1000
+	// DefaultBatchMaxBytes bounds the record values and keys of one
 	// produce request per partition. It stays well under the broker's
 	// default max.message.bytes (1 MiB), which applies to a whole record
 	// batch, so ordinary batches are never refused for their size.
-	DefaultKafkaBatchMaxBytes = 512 << 10
-	// DefaultKafkaBatchLinger is how long a partition waits for more records
+	DefaultBatchMaxBytes = 512 << 10
+	// DefaultBatchLinger is how long a partition waits for more records
 	// before it sends what it has. kafka-go's own default (1s) would add a
 	// second to every change; Java's producer defaults to 5ms since 4.0.
-	DefaultKafkaBatchLinger = 5 * time.Millisecond
-	MaxKafkaBatchLinger     = 10 * time.Second
-	// DefaultKafkaRequestTimeout bounds one produce round trip. kafka-go
+	DefaultBatchLinger = 5 * time.Millisecond
+	MaxBatchLinger     = 10 * time.Second
+	// DefaultRequestTimeout bounds one produce round trip. kafka-go
 	// gives the broker half of it, so the broker answers before we give up.
-	DefaultKafkaRequestTimeout = 30 * time.Second
-	DefaultKafkaDialTimeout    = 10 * time.Second
-	// MaxKafkaTopicLength is Kafka's limit on a topic name.
-	MaxKafkaTopicLength = 249
-	// DefaultKafkaPartitions and DefaultKafkaReplicationFactor are -1:
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultDialTimeout    = 10 * time.Second
+	// MaxTopicLength is Kafka's limit on a topic name.
+	MaxTopicLength = 249
+	// DefaultPartitions and DefaultReplicationFactor are -1:
 	// the broker's num.partitions and default.replication.factor.
-	DefaultKafkaPartitions        = -1
-	DefaultKafkaReplicationFactor = -1
+	DefaultPartitions        = -1
+	DefaultReplicationFactor = -1
 )
 
-// KafkaTopicPlaceholders lists the placeholders a topic template may use,
+// TopicPlaceholders lists the placeholders a topic template may use,
 // each written in braces: {resource}.
-func KafkaTopicPlaceholders() []string {
+func TopicPlaceholders() []string {
 	return []string{"cluster", "group", "version", "resource"}
 }
 
-// KafkaSink configures a sink of type "kafka". Zero values mean the
+// Config configures a sink of type "kafka". Zero values mean the
 // documented default; Defaulted returns a copy with them filled in.
-type KafkaSink struct {
+type Config struct {
 	// Brokers lists bootstrap brokers as host:port. Required.
 	Brokers []string `json:"brokers"`
 	// Topic is the topic, or a template with placeholders from
-	// KafkaTopicPlaceholders that expands per resource. Default
-	// DefaultKafkaTopic.
+	// TopicPlaceholders that expands per resource. Default
+	// DefaultTopic.
 	Topic string `json:"topic,omitempty"`
 	// ContentMode is "binary" (default) or "structured".
 	ContentMode string `json:"contentMode,omitempty"`
@@ -117,7 +116,7 @@ type KafkaSink struct {
 	// Compression is "none" (default), "gzip", "snappy", "lz4" or "zstd".
 	Compression string `json:"compression,omitempty"`
 	// Batch bounds the produce requests of each partition.
-	Batch *KafkaBatch `json:"batch,omitempty"`
+	Batch *Batch `json:"batch,omitempty"`
 	// ClientID is the client.id the brokers see (quotas, logs). Default
 	// "kubewire".
 	ClientID string `json:"clientId,omitempty"`
@@ -134,20 +133,20 @@ type KafkaSink struct {
 	// true.
 	Tombstones *bool `json:"tombstones,omitempty"`
 	// RequestTimeout bounds one produce round trip. Default 30s.
-	RequestTimeout Duration `json:"requestTimeout"`
+	RequestTimeout config.Duration `json:"requestTimeout"`
 	// DialTimeout bounds opening a connection to a broker. Default 10s.
-	DialTimeout Duration `json:"dialTimeout"`
+	DialTimeout config.Duration `json:"dialTimeout"`
 	// TLS configures TLS; setting the block turns TLS on.
-	TLS *KafkaTLS `json:"tls,omitempty"`
+	TLS *TLS `json:"tls,omitempty"`
 	// SASL configures SASL authentication.
-	SASL *KafkaSASL `json:"sasl,omitempty"`
+	SASL *SASL `json:"sasl,omitempty"`
 	// CreateTopics, when set, creates missing topics before the first record
 	// goes to them. Off by default: most clusters provision topics centrally.
-	CreateTopics *KafkaCreateTopics `json:"createTopics,omitempty"`
+	CreateTopics *CreateTopics `json:"createTopics,omitempty"`
 }
 
-// KafkaBatch bounds one produce request to one partition.
-type KafkaBatch struct {
+// Batch bounds one produce request to one partition.
+type Batch struct {
 	// MaxMessages is the most records in one request. Default 1000.
 	MaxMessages int `json:"maxMessages,omitempty"`
 	// MaxBytes bounds the keys and values of one request. Default 512 KiB.
@@ -155,11 +154,11 @@ type KafkaBatch struct {
 	MaxBytes int `json:"maxBytes,omitempty"`
 	// Linger is how long to wait for more records. Default 5ms; 0 sends at
 	// once.
-	Linger Duration `json:"linger"`
+	Linger config.Duration `json:"linger"`
 }
 
-// KafkaTLS configures TLS to the brokers.
-type KafkaTLS struct {
+// TLS configures TLS to the brokers.
+type TLS struct {
 	// CAFile holds the PEM certificates that verify the brokers. Default:
 	// the system roots.
 	CAFile string `json:"caFile,omitempty"`
@@ -174,10 +173,10 @@ type KafkaTLS struct {
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 }
 
-// KafkaSASL configures SASL. The password is only ever read from a file or
+// SASL configures SASL. The password is only ever read from a file or
 // an environment variable, never written in the configuration, and never
 // logged.
-type KafkaSASL struct {
+type SASL struct {
 	// Mechanism is "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512". Required.
 	Mechanism string `json:"mechanism"`
 	// Username is the SASL user. Required.
@@ -192,8 +191,8 @@ type KafkaSASL struct {
 	AllowInsecure bool `json:"allowInsecure,omitempty"`
 }
 
-// KafkaCreateTopics is how kubewire creates topics that do not exist.
-type KafkaCreateTopics struct {
+// CreateTopics is how kubewire creates topics that do not exist.
+type CreateTopics struct {
 	// Partitions of a new topic; -1 (default) takes the broker's
 	// num.partitions.
 	Partitions int `json:"partitions,omitempty"`
@@ -207,42 +206,42 @@ type KafkaCreateTopics struct {
 
 // Defaulted returns a copy of k with every unset field at its default. The
 // copy shares no slices or pointers with k.
-func (k *KafkaSink) Defaulted() KafkaSink {
+func (k *Config) Defaulted() Config {
 	d := *k
 	d.Brokers = append([]string(nil), k.Brokers...)
 	if d.Topic == "" {
-		d.Topic = DefaultKafkaTopic
+		d.Topic = DefaultTopic
 	}
 	if d.ContentMode == "" {
-		d.ContentMode = ContentModeBinary
+		d.ContentMode = config.ContentModeBinary
 	}
 	if d.Balancer == "" {
-		d.Balancer = KafkaBalancerMurmur2
+		d.Balancer = BalancerMurmur2
 	}
 	if d.Acks == "" {
-		d.Acks = KafkaAcksAll
+		d.Acks = AcksAll
 	}
 	if d.Compression == "" {
-		d.Compression = KafkaCompressionNone
+		d.Compression = CompressionNone
 	}
-	b := KafkaBatch{}
+	b := Batch{}
 	if k.Batch != nil {
 		b = *k.Batch
 	}
 	if b.MaxMessages == 0 {
-		b.MaxMessages = DefaultKafkaBatchMaxMessages
+		b.MaxMessages = DefaultBatchMaxMessages
 	}
 	if b.MaxBytes == 0 {
-		b.MaxBytes = DefaultKafkaBatchMaxBytes
+		b.MaxBytes = DefaultBatchMaxBytes
 	}
-	if b.Linger.unset() {
-		b.Linger.Duration = DefaultKafkaBatchLinger
+	if b.Linger.Unset() {
+		b.Linger.Duration = DefaultBatchLinger
 	}
 	d.Batch = &b
 	if d.ClientID == "" {
 		d.ClientID = "kubewire"
 	}
-	idem := d.Acks == KafkaAcksAll
+	idem := d.Acks == AcksAll
 	if k.Idempotent != nil {
 		idem = *k.Idempotent
 	}
@@ -252,11 +251,11 @@ func (k *KafkaSink) Defaulted() KafkaSink {
 		tomb = *k.Tombstones
 	}
 	d.Tombstones = &tomb
-	if d.RequestTimeout.unset() {
-		d.RequestTimeout.Duration = DefaultKafkaRequestTimeout
+	if d.RequestTimeout.Unset() {
+		d.RequestTimeout.Duration = DefaultRequestTimeout
 	}
-	if d.DialTimeout.unset() {
-		d.DialTimeout.Duration = DefaultKafkaDialTimeout
+	if d.DialTimeout.Unset() {
+		d.DialTimeout.Duration = DefaultDialTimeout
 	}
 	if k.TLS != nil {
 		t := *k.TLS
@@ -269,39 +268,39 @@ func (k *KafkaSink) Defaulted() KafkaSink {
 	if k.CreateTopics != nil {
 		c := *k.CreateTopics
 		if c.Partitions == 0 {
-			c.Partitions = DefaultKafkaPartitions
+			c.Partitions = DefaultPartitions
 		}
 		if c.ReplicationFactor == 0 {
-			c.ReplicationFactor = DefaultKafkaReplicationFactor
+			c.ReplicationFactor = DefaultReplicationFactor
 		}
 		if c.CleanupPolicy == "" {
-			c.CleanupPolicy = KafkaCleanupDelete
+			c.CleanupPolicy = CleanupDelete
 		}
 		d.CreateTopics = &c
 	}
 	return d
 }
 
-// KafkaTopic expands a topic template for one resource. The core group ""
-// becomes KafkaCoreGroup. The result is not validated; see
-// ValidateKafkaTopicName. A template that does not parse (config validation
+// TopicName expands a topic template for one resource. The core group ""
+// becomes CoreGroup. The result is not validated; see
+// ValidateTopicName. A template that does not parse (config validation
 // refuses it) is returned as it is.
-func KafkaTopic(tmpl, cluster, group, version, resource string) string {
-	t, err := ParseKafkaTopic(tmpl)
+func TopicName(tmpl, cluster, group, version, resource string) string {
+	t, err := ParseTopic(tmpl)
 	if err != nil {
 		return tmpl
 	}
 	if group == "" {
-		group = KafkaCoreGroup
+		group = CoreGroup
 	}
-	// In the order of KafkaTopicPlaceholders.
+	// In the order of TopicPlaceholders.
 	return t.Expand([]string{cluster, group, version, resource})
 }
 
-// ParseKafkaTopic parses a topic template: literal characters legal in a
-// topic name and the placeholders of KafkaTopicPlaceholders in braces.
-func ParseKafkaTopic(tmpl string) (*template.Template, error) {
-	return template.Parse(tmpl, template.Rules{Placeholders: KafkaTopicPlaceholders(), Literal: func(r rune) string {
+// ParseTopic parses a topic template: literal characters legal in a
+// topic name and the placeholders of TopicPlaceholders in braces.
+func ParseTopic(tmpl string) (*template.Template, error) {
+	return template.Parse(tmpl, template.Rules{Placeholders: TopicPlaceholders(), Literal: func(r rune) string {
 		if legalTopicRune(r) {
 			return ""
 		}
@@ -309,17 +308,17 @@ func ParseKafkaTopic(tmpl string) (*template.Template, error) {
 	}})
 }
 
-// ValidateKafkaTopicName returns why name is not a legal Kafka topic name,
+// ValidateTopicName returns why name is not a legal Kafka topic name,
 // or "". Kafka allows 1 to 249 characters from [a-zA-Z0-9._-], except the
 // names "." and "..".
-func ValidateKafkaTopicName(name string) string {
+func ValidateTopicName(name string) string {
 	switch {
 	case name == "":
 		return "must not be empty"
 	case name == "." || name == "..":
 		return `must not be "." or ".."`
-	case len(name) > MaxKafkaTopicLength:
-		return fmt.Sprintf("must be at most %d characters (it has %d)", MaxKafkaTopicLength, len(name))
+	case len(name) > MaxTopicLength:
+		return fmt.Sprintf("must be at most %d characters (it has %d)", MaxTopicLength, len(name))
 	}
 	for _, r := range name {
 		if !legalTopicRune(r) {
@@ -337,24 +336,19 @@ func legalTopicRune(r rune) bool {
 // characters; the expansions are checked per resource by
 // validateKafkaTopics.
 func validateKafkaTopicTemplate(p *field.Path, tmpl string) field.ErrorList {
-	if _, err := ParseKafkaTopic(tmpl); err != nil {
+	if _, err := ParseTopic(tmpl); err != nil {
 		return field.ErrorList{field.Invalid(p, tmpl, err.Error())}
 	}
 	if !strings.Contains(tmpl, "{") {
-		if why := ValidateKafkaTopicName(tmpl); why != "" {
+		if why := ValidateTopicName(tmpl); why != "" {
 			return field.ErrorList{field.Invalid(p, tmpl, why)}
 		}
 	}
 	return nil
 }
 
-// validateKafkaSink checks the kafka block of a sink of type "kafka". k may
-// be nil (the block was omitted), which is an error because brokers is
-// required.
-func validateKafkaSink(p *field.Path, k *KafkaSink) field.ErrorList {
-	if k == nil {
-		return field.ErrorList{field.Required(p, `a kafka block with at least brokers, e.g. {brokers: ["kafka:9092"]}`)}
-	}
+// validateKafkaSink checks the kafka block's own fields.
+func validateKafkaSink(p *field.Path, k *Config) field.ErrorList {
 	var errs field.ErrorList
 
 	bp := p.Child("brokers")
@@ -380,21 +374,21 @@ func validateKafkaSink(p *field.Path, k *KafkaSink) field.ErrorList {
 		}
 		errs = append(errs, field.NotSupported(p.Child(name), v, allowed))
 	}
-	oneOf("contentMode", k.ContentMode, ContentModeBinary, ContentModeStructured)
+	oneOf("contentMode", k.ContentMode, config.ContentModeBinary, config.ContentModeStructured)
 	switch k.Balancer {
 	case "roundrobin", "round_robin", "leastbytes", "least_bytes", "random":
 		errs = append(errs, field.Invalid(p.Child("balancer"), k.Balancer,
 			`must pick the partition from the key ("murmur2", "crc32" or "hash"): a balancer that ignores the key spreads one object's changes over several partitions, and Kafka orders records only within a partition`))
 	default:
-		oneOf("balancer", k.Balancer, KafkaBalancerMurmur2, KafkaBalancerCRC32, KafkaBalancerHash)
+		oneOf("balancer", k.Balancer, BalancerMurmur2, BalancerCRC32, BalancerHash)
 	}
-	oneOf("acks", k.Acks, KafkaAcksAll, KafkaAcksLeader, KafkaAcksNone)
-	if k.Idempotent != nil && *k.Idempotent && k.Acks != "" && k.Acks != KafkaAcksAll {
+	oneOf("acks", k.Acks, AcksAll, AcksLeader, AcksNone)
+	if k.Idempotent != nil && *k.Idempotent && k.Acks != "" && k.Acks != AcksAll {
 		errs = append(errs, field.Invalid(p.Child("idempotent"), *k.Idempotent,
 			fmt.Sprintf(`needs acks "all" (acks is %q): the broker can only discard a stale batch whose sequence it has fully acknowledged; set idempotent: false, or acks: all`, k.Acks)))
 	}
-	oneOf("compression", k.Compression, KafkaCompressionNone, KafkaCompressionGzip, KafkaCompressionSnappy,
-		KafkaCompressionLz4, KafkaCompressionZstd)
+	oneOf("compression", k.Compression, CompressionNone, CompressionGzip, CompressionSnappy,
+		CompressionLz4, CompressionZstd)
 
 	if b := k.Batch; b != nil {
 		bp := p.Child("batch")
@@ -405,19 +399,19 @@ func validateKafkaSink(p *field.Path, k *KafkaSink) field.ErrorList {
 			errs = append(errs, field.Invalid(bp.Child("maxBytes"), b.MaxBytes, "must be greater than 0; omit it for the default"))
 		}
 		lp := bp.Child("linger")
-		if bad := validateDurationSyntax(lp, b.Linger); bad != nil {
+		if bad := config.ValidateDuration(lp, b.Linger); bad != nil {
 			errs = append(errs, bad)
-		} else if b.Linger.Duration < 0 || b.Linger.Duration > MaxKafkaBatchLinger {
+		} else if b.Linger.Duration < 0 || b.Linger.Duration > MaxBatchLinger {
 			errs = append(errs, field.Invalid(lp, b.Linger.String(),
-				fmt.Sprintf("must be between 0 (send at once) and %s", MaxKafkaBatchLinger)))
+				fmt.Sprintf("must be between 0 (send at once) and %s", MaxBatchLinger)))
 		}
 	}
 
 	if strings.ContainsFunc(k.ClientID, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
 		errs = append(errs, field.Invalid(p.Child("clientId"), k.ClientID, "must hold only printable ASCII"))
 	}
-	errs = append(errs, validatePositiveDuration(p.Child("requestTimeout"), k.RequestTimeout)...)
-	errs = append(errs, validatePositiveDuration(p.Child("dialTimeout"), k.DialTimeout)...)
+	errs = append(errs, config.ValidatePositiveDuration(p.Child("requestTimeout"), k.RequestTimeout)...)
+	errs = append(errs, config.ValidatePositiveDuration(p.Child("dialTimeout"), k.DialTimeout)...)
 
 	if t := k.TLS; t != nil {
 		tp := p.Child("tls")
@@ -450,10 +444,10 @@ func validateKafkaSink(p *field.Path, k *KafkaSink) field.ErrorList {
 				"must be -1 (the broker's default) or between 1 and 32767"))
 		}
 		switch c.CleanupPolicy {
-		case "", KafkaCleanupDelete, KafkaCleanupCompact:
+		case "", CleanupDelete, CleanupCompact:
 		default:
 			errs = append(errs, field.NotSupported(cp.Child("cleanupPolicy"), c.CleanupPolicy,
-				[]string{KafkaCleanupDelete, KafkaCleanupCompact}))
+				[]string{CleanupDelete, CleanupCompact}))
 		}
 	}
 	return errs
@@ -494,19 +488,19 @@ func saslMechanismName(m string) string {
 // saslSecretName says what an eavesdropper learns from the mechanism's
 // handshake.
 func saslSecretName(m string) string {
-	if m == KafkaSASLPlain {
+	if m == SASLPlain {
 		return "the password"
 	}
 	return "the user name"
 }
 
-func validateKafkaSASL(p *field.Path, s *KafkaSASL) field.ErrorList {
+func validateKafkaSASL(p *field.Path, s *SASL) field.ErrorList {
 	var errs field.ErrorList
-	mechs := []string{KafkaSASLPlain, KafkaSASLScramSHA256, KafkaSASLScramSHA512}
+	mechs := []string{SASLPlain, SASLScramSHA256, SASLScramSHA512}
 	switch s.Mechanism {
 	case "":
-		errs = append(errs, field.Required(p.Child("mechanism"), "one of "+quoteAll(mechs)))
-	case KafkaSASLPlain, KafkaSASLScramSHA256, KafkaSASLScramSHA512:
+		errs = append(errs, field.Required(p.Child("mechanism"), "one of "+config.QuoteAll(mechs)))
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
 	default:
 		errs = append(errs, field.NotSupported(p.Child("mechanism"), s.Mechanism, mechs))
 	}
@@ -520,47 +514,122 @@ func validateKafkaSASL(p *field.Path, s *KafkaSASL) field.ErrorList {
 	case s.PasswordFile != "" && s.PasswordEnv != "":
 		errs = append(errs, field.Forbidden(p.Child("passwordEnv"), "set passwordFile or passwordEnv, not both"))
 	}
-	if s.PasswordEnv != "" && !envName.MatchString(s.PasswordEnv) {
+	if s.PasswordEnv != "" && !config.ValidEnvName(s.PasswordEnv) {
 		errs = append(errs, field.Invalid(p.Child("passwordEnv"), field.OmitValueType{},
 			"must be the name of an environment variable (letters, digits and '_', not starting with a digit), not the secret itself"))
 	}
 	return errs
 }
 
-// validateKafkaTopics expands every kafka sink's topic template for each
-// resource that routes to it and checks the result against Kafka's rules,
-// so that a name Kafka would refuse is reported before anything runs.
-func validateKafkaTopics(c *Config) field.ErrorList {
+// Default fills in every unset field; see Defaulted.
+func (k *Config) Default() { *k = k.Defaulted() }
+
+// BlockRequired says what a kafka block must hold at least: brokers have
+// no default.
+func (k *Config) BlockRequired() string {
+	return `a kafka block with at least brokers, e.g. {brokers: ["kafka:9092"]}`
+}
+
+// Validate checks the block and, for each resource routed to the sink, the
+// topic its template expands to and its keyBy.
+func (k *Config) Validate(p *field.Path, routes []config.Route) field.ErrorList {
+	errs := validateKafkaSink(p, k)
+	errs = append(errs, validateTopics(p, k, routes)...)
+	return append(errs, validateKeyByTombstones(k, routes)...)
+}
+
+// validateTopics expands the topic template for each resource that routes
+// to the sink and checks the result against Kafka's rules, so that a name
+// Kafka would refuse is reported before anything runs.
+func validateTopics(p *field.Path, k *Config, routes []config.Route) field.ErrorList {
+	tmpl := k.Topic
+	if tmpl == "" {
+		tmpl = DefaultTopic
+	}
+	tp := p.Child("topic")
+	if len(validateKafkaTopicTemplate(tp, tmpl)) > 0 {
+		return nil // reported by validateKafkaSink
+	}
 	var errs field.ErrorList
-	for i := range c.Sinks {
-		s := &c.Sinks[i]
-		if s.Type != SinkTypeKafka || s.Kafka == nil {
+	for _, rt := range routes {
+		r := rt.Resource
+		if r.Resource == "" {
 			continue
 		}
-		tmpl := s.Kafka.Topic
-		if tmpl == "" {
-			tmpl = DefaultKafkaTopic
-		}
-		tp := field.NewPath("sinks").Index(i).Child("kafka", "topic")
-		if len(validateKafkaTopicTemplate(tp, tmpl)) > 0 {
-			continue // reported by validateKafkaSink
-		}
-		for j := range c.Resources {
-			r := &c.Resources[j]
-			routed := false
-			for _, n := range r.Sinks {
-				routed = routed || (n == s.Name && n != "")
-			}
-			if !routed || r.Resource == "" {
-				continue
-			}
-			topic := KafkaTopic(tmpl, c.Cluster, r.Group, r.Version, r.Resource)
-			if why := ValidateKafkaTopicName(topic); why != "" {
-				errs = append(errs, field.Invalid(tp, tmpl, fmt.Sprintf(
-					"expands to %q for resources[%d] (%s), which is not a legal Kafka topic name: it %s",
-					topic, j, r.GVR().GroupResource().String(), why)))
-			}
+		topic := TopicName(tmpl, rt.Cluster, r.Group, r.Version, r.Resource)
+		if why := ValidateTopicName(topic); why != "" {
+			errs = append(errs, field.Invalid(tp, tmpl, fmt.Sprintf(
+				"expands to %q for %s (%s), which is not a legal Kafka topic name: it %s",
+				topic, rt.Path, r.GVR().GroupResource().String(), why)))
 		}
 	}
 	return errs
+}
+
+// validateKeyByTombstones rejects keyBy involvedObject on a resource sent to
+// a sink that writes tombstones: the tombstone after one Event's delete
+// would carry the involved object's key, and compaction would then drop
+// every other Event about that object.
+func validateKeyByTombstones(k *Config, routes []config.Route) field.ErrorList {
+	if k.Tombstones != nil && !*k.Tombstones {
+		return nil
+	}
+	var errs field.ErrorList
+	for _, rt := range routes {
+		if rt.Resource.KeyBy != shape.KeyByInvolvedObject {
+			continue
+		}
+		errs = append(errs, field.Forbidden(rt.Path.Child("keyBy"), fmt.Sprintf(
+			"keyBy involvedObject cannot go to Kafka sink %q with tombstones on: a tombstone keyed by the involved object would compact away every other Event about it; set tombstones: false on that sink", rt.Sink)))
+	}
+	return errs
+}
+
+// ExplicitZeros rejects a 0 written in the file for a field whose zero
+// value means "the default": defaulting cannot tell the two apart, so an
+// explicit 0 would silently become the default. batch.linger is not listed:
+// its 0 is a real value.
+func (k *Config) ExplicitZeros(p *field.Path, given func(*field.Path) bool) field.ErrorList {
+	var errs field.ErrorList
+	zero := func(fp *field.Path, v int, expect string) {
+		if v == 0 && given(fp) {
+			errs = append(errs, field.Invalid(fp, 0, expect))
+		}
+	}
+	if b := k.Batch; b != nil {
+		zero(p.Child("batch", "maxMessages"), b.MaxMessages,
+			fmt.Sprintf("must be greater than 0; omit the field for the default (%d)", DefaultBatchMaxMessages))
+		zero(p.Child("batch", "maxBytes"), b.MaxBytes,
+			fmt.Sprintf("must be greater than 0; omit the field for the default (%d)", DefaultBatchMaxBytes))
+	}
+	if ct := k.CreateTopics; ct != nil {
+		zero(p.Child("createTopics", "partitions"), ct.Partitions,
+			"must be -1 (the broker's default) or at least 1")
+		zero(p.Child("createTopics", "replicationFactor"), ct.ReplicationFactor,
+			"must be -1 (the broker's default) or between 1 and 32767")
+	}
+	return errs
+}
+
+// Warnings lists valid but risky settings.
+func (k *Config) Warnings(p *field.Path) []string {
+	if s := k.SASL; s != nil && s.AllowInsecure && k.TLS == nil {
+		return []string{fmt.Sprintf("%s: true: SASL %s runs without TLS, so %s and every event cross the network in clear text",
+			p.Child("sasl", "allowInsecure"), saslMechanismName(s.Mechanism), saslSecretName(s.Mechanism))}
+	}
+	return nil
+}
+
+// Files lists the files the sink reads when it connects.
+func (k *Config) Files(p *field.Path) []config.FileRef {
+	var refs []config.FileRef
+	if t := k.TLS; t != nil {
+		refs = config.AddFile(refs, p.Child("tls", "caFile"), t.CAFile)
+		refs = config.AddFile(refs, p.Child("tls", "certFile"), t.CertFile)
+		refs = config.AddFile(refs, p.Child("tls", "keyFile"), t.KeyFile)
+	}
+	if s := k.SASL; s != nil {
+		refs = config.AddFile(refs, p.Child("sasl", "passwordFile"), s.PasswordFile)
+	}
+	return refs
 }

@@ -1,4 +1,4 @@
-package config_test
+package nats_test
 
 import (
 	"errors"
@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks/nats"
 )
 
 // natsBase is a valid configuration with one NATS sink that sets every
@@ -69,7 +71,7 @@ func natsEdit(pairs ...string) string {
 }
 
 func TestTheFullNATSConfigIsValid(t *testing.T) {
-	if _, err := config.Parse([]byte(natsBase)); err != nil {
+	if _, err := config.Parse([]byte(natsBase), app.DefaultRegistry()); err != nil {
 		t.Fatalf("base NATS config: %v", err)
 	}
 }
@@ -87,28 +89,28 @@ sinks:
       jetstream:
         stream: {name: KW, maxAge: 1m}
         kv: {bucket: KW_OBJECTS, create: true}
-`))
+`), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := cfg.Sinks[0].NATS.Defaulted()
+	d := cfg.Sinks[0].Block.(*nats.Config)
 	checks := []struct {
 		what      string
 		got, want any
 	}{
-		{"mode", d.Mode, config.NATSModeJetStream},
-		{"subject", d.Subject, config.DefaultNATSSubject},
+		{"mode", d.Mode, nats.ModeJetStream},
+		{"subject", d.Subject, nats.DefaultSubject},
 		{"contentMode", d.ContentMode, config.ContentModeBinary},
 		{"maxReconnects", *d.MaxReconnects, -1},
 		{"reconnectWait", d.ReconnectWait.Duration, 2 * time.Second},
 		{"publishTimeout", d.PublishTimeout.Duration, 10 * time.Second},
 		{"maxPending", d.JetStream.MaxPending, 256},
 		{"stream subjects", d.JetStream.Stream.Subjects, []string{"kubewire.*.*.*.*.*.*"}},
-		{"storage", d.JetStream.Stream.Storage, config.NATSStorageFile},
+		{"storage", d.JetStream.Stream.Storage, nats.StorageFile},
 		{"replicas", d.JetStream.Stream.Replicas, 1},
 		// The 2m default window is cut to maxAge, which the server requires.
 		{"duplicateWindow", d.JetStream.Stream.DuplicateWindow.Duration, time.Minute},
-		{"kv storage", d.JetStream.KV.Storage, config.NATSStorageFile},
+		{"kv storage", d.JetStream.KV.Storage, nats.StorageFile},
 		{"kv replicas", d.JetStream.KV.Replicas, 1},
 	}
 	for _, c := range checks {
@@ -334,7 +336,7 @@ func TestBadNATSConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := config.Parse([]byte(tc.yaml))
+			_, err := config.Parse([]byte(tc.yaml), app.DefaultRegistry())
 			if err == nil {
 				t.Fatalf("Parse succeeded; want an error containing %q", tc.want)
 			}
@@ -397,7 +399,7 @@ func TestNATSPasswordsAndTokensWithoutTLSAreRefusedUnlessAllowInsecureIsSet(t *t
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := config.Parse([]byte(c.yaml))
+			cfg, err := config.Parse([]byte(c.yaml), app.DefaultRegistry())
 			if c.want == nil {
 				if err != nil {
 					t.Fatalf("the configuration was refused: %v", err)
@@ -450,7 +452,7 @@ func TestANATSSubjectWithoutNameIsValidButWarned(t *testing.T) {
 			// The base config provisions a stream whose subjects must cover the
 			// template; drop it so that any template is valid.
 			y := natsEdit(tmpl, c.subject, `          subjects: ["kubewire.>"]`+"\n", "")
-			cfg, err := config.Parse([]byte(y))
+			cfg, err := config.Parse([]byte(y), app.DefaultRegistry())
 			if err != nil {
 				t.Fatalf("the configuration was refused: %v", err)
 			}
@@ -468,6 +470,62 @@ func TestANATSSubjectWithoutNameIsValidButWarned(t *testing.T) {
 				if !strings.Contains(ws[0], w) {
 					t.Errorf("the warning lacks %q: %s", w, ws[0])
 				}
+			}
+		})
+	}
+}
+
+// An explicit 0 where 0 is not a usable value used to be replaced by the
+// default without a word, unlike the same mistake at the top level.
+func TestAnExplicitZeroInANATSBlockIsRejectedRatherThanDefaulted(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{
+			name: "nats reconnectBufferBytes: 0 is rejected with its path.",
+			yaml: natsEdit("reconnectBufferBytes: 1048576", "reconnectBufferBytes: 0"),
+			want: []string{"sinks[0].nats.reconnectBufferBytes: Invalid value: 0", "-1 (no buffer while reconnecting)"},
+		},
+		{
+			name: "nats jetstream.maxPending: 0 is rejected with its path.",
+			yaml: natsEdit("maxPending: 256", "maxPending: 0"),
+			want: []string{"sinks[0].nats.jetstream.maxPending: Invalid value: 0", "omit the field for the default (256)"},
+		},
+		{
+			name: "nats jetstream.stream.replicas: 0 is rejected with its path.",
+			yaml: natsEdit("replicas: 3", "replicas: 0"),
+			want: []string{"sinks[0].nats.jetstream.stream.replicas: Invalid value: 0", "between 1 and 5"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(c.yaml), app.DefaultRegistry())
+			if err == nil {
+				t.Fatal("the configuration was accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error lacks %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestMeaningfulNATSZerosAreAccepted(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+	}{
+		{"nats jetstream.stream.maxBytes: 0 means no size limit.", natsEdit("maxBytes: 1073741824", "maxBytes: 0")},
+		{"nats maxReconnects: 0 means never reconnect.", natsEdit("maxReconnects: -1", "maxReconnects: 0")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := config.Parse([]byte(c.yaml), app.DefaultRegistry()); err != nil {
+				t.Fatalf("the configuration was refused: %v", err)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package config
+package nats
 
 import (
 	"errors"
@@ -11,104 +11,92 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kubewire/kubewire/encoding/template"
+	"github.com/kubewire/kubewire/internal/config"
 )
-
-// SinkTypeNATS is the sink type that publishes CloudEvents to NATS, either
-// core NATS or JetStream (see NATSSink.Mode).
-const SinkTypeNATS = "nats"
 
 // NATS modes.
 const (
-	// NATSModeCore publishes with core NATS: no acknowledgement from any
+	// ModeCore publishes with core NATS: no acknowledgement from any
 	// consumer or store, so delivery is at most once.
-	NATSModeCore = "core"
-	// NATSModeJetStream publishes to a JetStream stream and waits for its
+	ModeCore = "core"
+	// ModeJetStream publishes to a JetStream stream and waits for its
 	// PubAck: at least once, with duplicates dropped by the server within
 	// the stream's duplicate window.
-	NATSModeJetStream = "jetstream"
-)
-
-// CloudEvents content modes.
-const (
-	// ContentModeBinary puts the attributes in ce- headers and the data in
-	// the body.
-	ContentModeBinary = "binary"
-	// ContentModeStructured puts the whole event, as JSON, in the body.
-	ContentModeStructured = "structured"
+	ModeJetStream = "jetstream"
 )
 
 // JetStream storage types.
 const (
-	NATSStorageFile   = "file"
-	NATSStorageMemory = "memory"
+	StorageFile   = "file"
+	StorageMemory = "memory"
 )
 
 // NATS defaults and limits. docs/sinks/nats.md explains them.
 const (
-	DefaultNATSSubject        = "kubewire.{cluster}.{group}.{version}.{resource}.{namespace}.{name}"
-	DefaultNATSMaxReconnects  = -1 // forever: the dispatcher, not the client, decides when to give up
-	DefaultNATSReconnectWait  = 2 * time.Second
-	DefaultNATSConnectTimeout = 5 * time.Second
-	DefaultNATSPublishTimeout = 10 * time.Second
-	// DefaultNATSReconnectBufferBytes is what core NATS buffers while it
+	DefaultSubject        = "kubewire.{cluster}.{group}.{version}.{resource}.{namespace}.{name}"
+	DefaultMaxReconnects  = -1 // forever: the dispatcher, not the client, decides when to give up
+	DefaultReconnectWait  = 2 * time.Second
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultPublishTimeout = 10 * time.Second
+	// DefaultReconnectBufferBytes is what core NATS buffers while it
 	// reconnects; beyond it a publish fails with an error rather than
 	// growing memory.
-	DefaultNATSReconnectBufferBytes = 8 << 20
-	DefaultNATSMaxPending           = 256
-	MaxNATSMaxPending               = 65536
-	DefaultNATSStreamReplicas       = 1
-	MaxNATSStreamReplicas           = 5
-	DefaultNATSDuplicateWindow      = 2 * time.Minute
-	// MaxNATSSubjectTemplateLength bounds the template. Expanded subjects
+	DefaultReconnectBufferBytes = 8 << 20
+	DefaultMaxPending           = 256
+	MaxMaxPending               = 65536
+	DefaultStreamReplicas       = 1
+	MaxStreamReplicas           = 5
+	DefaultDuplicateWindow      = 2 * time.Minute
+	// MaxSubjectTemplateLength bounds the template. Expanded subjects
 	// are longer (a Kubernetes name alone may be 253 characters); the bound
 	// keeps them well below the server's 4 KiB control line.
-	MaxNATSSubjectTemplateLength = 256
+	MaxSubjectTemplateLength = 256
 )
 
-// NATSSubjectPlaceholders lists the placeholders a subject template may use,
+// SubjectPlaceholders lists the placeholders a subject template may use,
 // each written in braces: {cluster}. Every one expands to exactly one
 // escaped subject token; docs/sinks/nats.md gives the escaping rules.
-func NATSSubjectPlaceholders() []string {
+func SubjectPlaceholders() []string {
 	return []string{"cluster", "group", "version", "resource", "kind", "namespace", "name"}
 }
 
-// NATSSink configures a sink of type "nats". Zero values mean the documented
+// Config configures a sink of type "nats". Zero values mean the documented
 // default; Defaulted returns a copy with them filled in.
-type NATSSink struct {
+type Config struct {
 	// Mode is "jetstream" (default; at least once) or "core" (at most once).
 	Mode string `json:"mode,omitempty"`
 	// Servers lists the server URLs, nats:// or tls://. Required.
 	// Credentials do not belong in the URL: use Auth.
 	Servers []string `json:"servers"`
-	// Subject is the subject template. Default DefaultNATSSubject.
+	// Subject is the subject template. Default DefaultSubject.
 	Subject string `json:"subject,omitempty"`
 	// ContentMode is "binary" (default) or "structured".
 	ContentMode string `json:"contentMode,omitempty"`
 	// TLS configures TLS; setting any field turns TLS on.
-	TLS *NATSTLS `json:"tls,omitempty"`
+	TLS *TLS `json:"tls,omitempty"`
 	// Auth configures authentication. At most one method may be used.
-	Auth *NATSAuth `json:"auth,omitempty"`
+	Auth *Auth `json:"auth,omitempty"`
 	// MaxReconnects is how many times the client reconnects before it gives
 	// up on the connection; -1 (default) means forever. When the client
 	// gives up, the next write dials again.
 	MaxReconnects *int `json:"maxReconnects,omitempty"`
 	// ReconnectWait is the pause between reconnect attempts. Default 2s.
-	ReconnectWait Duration `json:"reconnectWait"`
+	ReconnectWait config.Duration `json:"reconnectWait"`
 	// ReconnectBufferBytes bounds what core NATS buffers while reconnecting.
 	// Default 8 MiB. -1 disables the buffer: publishes fail at once while
 	// disconnected.
 	ReconnectBufferBytes int `json:"reconnectBufferBytes,omitempty"`
 	// ConnectTimeout bounds dialling one server. Default 5s.
-	ConnectTimeout Duration `json:"connectTimeout"`
+	ConnectTimeout config.Duration `json:"connectTimeout"`
 	// PublishTimeout bounds the wait for a batch's acknowledgements
 	// (JetStream) or for the server to confirm the flush (core). Default 10s.
-	PublishTimeout Duration `json:"publishTimeout"`
+	PublishTimeout config.Duration `json:"publishTimeout"`
 	// JetStream tunes the JetStream mode. Forbidden in core mode.
-	JetStream *NATSJetStream `json:"jetstream,omitempty"`
+	JetStream *JetStream `json:"jetstream,omitempty"`
 }
 
-// NATSTLS configures TLS to the NATS servers.
-type NATSTLS struct {
+// TLS configures TLS to the NATS servers.
+type TLS struct {
 	// CAFile holds the PEM certificates that verify the servers. Default:
 	// the system roots.
 	CAFile string `json:"caFile,omitempty"`
@@ -120,10 +108,10 @@ type NATSTLS struct {
 	ServerName string `json:"serverName,omitempty"`
 }
 
-// NATSAuth configures authentication. Secrets are only ever read from files
+// Auth configures authentication. Secrets are only ever read from files
 // or environment variables, never written in the configuration, and are never
 // logged.
-type NATSAuth struct {
+type Auth struct {
 	// CredsFile is a NATS credentials file (user JWT and nkey seed).
 	CredsFile string `json:"credsFile,omitempty"`
 	// NkeySeedFile is a file holding a user nkey seed.
@@ -143,22 +131,22 @@ type NATSAuth struct {
 	AllowInsecure bool `json:"allowInsecure,omitempty"`
 }
 
-// NATSJetStream tunes the JetStream mode.
-type NATSJetStream struct {
+// JetStream tunes the JetStream mode.
+type JetStream struct {
 	// MaxPending is the most publishes awaiting their PubAck at once, over
 	// every shard of the sink. Default 256.
 	MaxPending int `json:"maxPending,omitempty"`
 	// Stream, when set, is created or updated to this configuration when the
 	// sink connects. Without it the stream must already exist.
-	Stream *NATSStream `json:"stream,omitempty"`
+	Stream *Stream `json:"stream,omitempty"`
 	// KV, when set, also keeps a JetStream key-value bucket up to date: one
 	// key per object, holding the object's latest event. It is the NATS
 	// counterpart of a compacted Kafka topic.
-	KV *NATSKV `json:"kv,omitempty"`
+	KV *KV `json:"kv,omitempty"`
 }
 
-// NATSKV is the key-value live view the sink keeps besides its stream.
-type NATSKV struct {
+// KV is the key-value live view the sink keeps besides its stream.
+type KV struct {
 	// Bucket is the bucket's name. Required.
 	Bucket string `json:"bucket"`
 	// Create creates the bucket on connect, or updates it to this
@@ -171,8 +159,8 @@ type NATSKV struct {
 	Replicas int `json:"replicas,omitempty"`
 }
 
-// NATSStream is a stream kubewire provisions.
-type NATSStream struct {
+// Stream is a stream kubewire provisions.
+type Stream struct {
 	// Name of the stream. Required.
 	Name string `json:"name"`
 	// Subjects the stream captures. Default: the subject template with every
@@ -184,28 +172,28 @@ type NATSStream struct {
 	Replicas int `json:"replicas,omitempty"`
 	// MaxAge limits how long messages are kept; 0 (default) keeps them until
 	// another limit applies.
-	MaxAge Duration `json:"maxAge"`
+	MaxAge config.Duration `json:"maxAge"`
 	// MaxBytes limits the stream's size; 0 (default) means no limit.
 	MaxBytes int64 `json:"maxBytes,omitempty"`
 	// DuplicateWindow is how long the server remembers a Nats-Msg-Id to drop
 	// duplicates. Default 2m. It must cover the longest time a retry can
 	// take to repeat an event, and be at most MaxAge when that is set.
-	DuplicateWindow Duration `json:"duplicateWindow"`
+	DuplicateWindow config.Duration `json:"duplicateWindow"`
 }
 
 // Defaulted returns a copy of n with every unset field at its default. The
 // copy shares no slices or pointers with n.
-func (n *NATSSink) Defaulted() NATSSink {
+func (n *Config) Defaulted() Config {
 	d := *n
 	d.Servers = append([]string(nil), n.Servers...)
 	if d.Mode == "" {
-		d.Mode = NATSModeJetStream
+		d.Mode = ModeJetStream
 	}
 	if d.Subject == "" {
-		d.Subject = DefaultNATSSubject
+		d.Subject = DefaultSubject
 	}
 	if d.ContentMode == "" {
-		d.ContentMode = ContentModeBinary
+		d.ContentMode = config.ContentModeBinary
 	}
 	if n.TLS != nil {
 		t := *n.TLS
@@ -215,46 +203,46 @@ func (n *NATSSink) Defaulted() NATSSink {
 		a := *n.Auth
 		d.Auth = &a
 	}
-	mr := DefaultNATSMaxReconnects
+	mr := DefaultMaxReconnects
 	if n.MaxReconnects != nil {
 		mr = *n.MaxReconnects
 	}
 	d.MaxReconnects = &mr
-	if d.ReconnectWait.unset() {
-		d.ReconnectWait.Duration = DefaultNATSReconnectWait
+	if d.ReconnectWait.Unset() {
+		d.ReconnectWait.Duration = DefaultReconnectWait
 	}
 	if d.ReconnectBufferBytes == 0 {
-		d.ReconnectBufferBytes = DefaultNATSReconnectBufferBytes
+		d.ReconnectBufferBytes = DefaultReconnectBufferBytes
 	}
-	if d.ConnectTimeout.unset() {
-		d.ConnectTimeout.Duration = DefaultNATSConnectTimeout
+	if d.ConnectTimeout.Unset() {
+		d.ConnectTimeout.Duration = DefaultConnectTimeout
 	}
-	if d.PublishTimeout.unset() {
-		d.PublishTimeout.Duration = DefaultNATSPublishTimeout
+	if d.PublishTimeout.Unset() {
+		d.PublishTimeout.Duration = DefaultPublishTimeout
 	}
-	if d.Mode == NATSModeJetStream {
-		js := NATSJetStream{}
+	if d.Mode == ModeJetStream {
+		js := JetStream{}
 		if n.JetStream != nil {
 			js = *n.JetStream
 		}
 		if js.MaxPending == 0 {
-			js.MaxPending = DefaultNATSMaxPending
+			js.MaxPending = DefaultMaxPending
 		}
 		if js.Stream != nil {
 			s := *js.Stream
 			if len(s.Subjects) == 0 {
-				s.Subjects = []string{NATSStreamSubject(d.Subject)}
+				s.Subjects = []string{StreamSubject(d.Subject)}
 			} else {
 				s.Subjects = append([]string(nil), s.Subjects...)
 			}
 			if s.Storage == "" {
-				s.Storage = NATSStorageFile
+				s.Storage = StorageFile
 			}
 			if s.Replicas == 0 {
-				s.Replicas = DefaultNATSStreamReplicas
+				s.Replicas = DefaultStreamReplicas
 			}
-			if s.DuplicateWindow.unset() {
-				s.DuplicateWindow.Duration = DefaultNATSDuplicateWindow
+			if s.DuplicateWindow.Unset() {
+				s.DuplicateWindow.Duration = DefaultDuplicateWindow
 				// The server refuses a window longer than maxAge.
 				if s.MaxAge.Duration > 0 && s.MaxAge.Duration < s.DuplicateWindow.Duration {
 					s.DuplicateWindow.Duration = s.MaxAge.Duration
@@ -265,10 +253,10 @@ func (n *NATSSink) Defaulted() NATSSink {
 		if js.KV != nil {
 			kv := *js.KV
 			if kv.Create && kv.Storage == "" {
-				kv.Storage = NATSStorageFile
+				kv.Storage = StorageFile
 			}
 			if kv.Create && kv.Replicas == 0 {
-				kv.Replicas = DefaultNATSStreamReplicas
+				kv.Replicas = DefaultStreamReplicas
 			}
 			js.KV = &kv
 		}
@@ -277,9 +265,9 @@ func (n *NATSSink) Defaulted() NATSSink {
 	return d
 }
 
-// NATSStreamSubject is the subject filter that captures every subject the
+// StreamSubject is the subject filter that captures every subject the
 // template can produce: each token holding a placeholder becomes "*".
-func NATSStreamSubject(template string) string {
+func StreamSubject(template string) string {
 	toks := strings.Split(template, ".")
 	for i, t := range toks {
 		if strings.Contains(t, "{") {
@@ -289,25 +277,89 @@ func NATSStreamSubject(template string) string {
 	return strings.Join(toks, ".")
 }
 
-// envName is what a portable environment variable name looks like.
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// Default fills in every unset field; see Defaulted.
+func (n *Config) Default() { *n = n.Defaulted() }
 
-// validateNATSSink checks the nats block of a sink of type "nats". n may be
-// nil (the block was omitted), which is an error because servers is
-// required.
-func validateNATSSink(p *field.Path, n *NATSSink) field.ErrorList {
-	if n == nil {
-		return field.ErrorList{field.Required(p, `a nats block with at least servers, e.g. {servers: ["nats://nats:4222"]}`)}
+// BlockRequired says what a nats block must hold at least: servers have no
+// default.
+func (n *Config) BlockRequired() string {
+	return `a nats block with at least servers, e.g. {servers: ["nats://nats:4222"]}`
+}
+
+// Validate checks the block. No rule depends on the routed resources: every
+// subject a template expands to is legal (see EscapeToken).
+func (n *Config) Validate(p *field.Path, _ []config.Route) field.ErrorList {
+	return validateNATSSink(p, n)
+}
+
+// ExplicitZeros rejects a 0 written in the file for a field whose zero
+// value means "the default": defaulting cannot tell the two apart, so an
+// explicit 0 would silently become the default. maxReconnects and the
+// stream's maxBytes and maxAge are not listed: their 0 is a real value.
+func (n *Config) ExplicitZeros(p *field.Path, given func(*field.Path) bool) field.ErrorList {
+	var errs field.ErrorList
+	zero := func(fp *field.Path, v int64, expect string) {
+		if v == 0 && given(fp) {
+			errs = append(errs, field.Invalid(fp, 0, expect))
+		}
 	}
+	zero(p.Child("reconnectBufferBytes"), int64(n.ReconnectBufferBytes),
+		fmt.Sprintf("must be -1 (no buffer while reconnecting) or greater than 0; omit the field for the default (%d)", DefaultReconnectBufferBytes))
+	if js := n.JetStream; js != nil {
+		jp := p.Child("jetstream")
+		zero(jp.Child("maxPending"), int64(js.MaxPending),
+			fmt.Sprintf("must be between 1 and %d; omit the field for the default (%d)", MaxMaxPending, DefaultMaxPending))
+		if st := js.Stream; st != nil {
+			zero(jp.Child("stream", "replicas"), int64(st.Replicas),
+				fmt.Sprintf("must be between 1 and %d; omit the field for the default (%d)", MaxStreamReplicas, DefaultStreamReplicas))
+		}
+	}
+	return errs
+}
+
+// Warnings lists valid but risky settings.
+func (n *Config) Warnings(p *field.Path) []string {
+	var ws []string
+	if n.Subject != "" && !strings.Contains(n.Subject, "{name}") {
+		ws = append(ws, fmt.Sprintf("%s: %q has no {name}: different objects share a subject, so consumers cannot select one object by subject, and per-subject limits or last-per-subject delivery mix objects",
+			p.Child("subject"), n.Subject))
+	}
+	if n.Auth != nil && n.Auth.AllowInsecure && !n.usesTLS() {
+		if secret := natsClearSecret(n.Auth); secret != "" {
+			ws = append(ws, fmt.Sprintf("%s: true: the %s and every event cross the network in clear text (no tls block and no tls:// server)", p.Child("auth", "allowInsecure"), secret))
+		}
+	}
+	return ws
+}
+
+// Files lists the files the sink reads when it connects.
+func (n *Config) Files(p *field.Path) []config.FileRef {
+	var refs []config.FileRef
+	if t := n.TLS; t != nil {
+		refs = config.AddFile(refs, p.Child("tls", "caFile"), t.CAFile)
+		refs = config.AddFile(refs, p.Child("tls", "certFile"), t.CertFile)
+		refs = config.AddFile(refs, p.Child("tls", "keyFile"), t.KeyFile)
+	}
+	if a := n.Auth; a != nil {
+		refs = config.AddFile(refs, p.Child("auth", "credsFile"), a.CredsFile)
+		refs = config.AddFile(refs, p.Child("auth", "nkeySeedFile"), a.NkeySeedFile)
+		refs = config.AddFile(refs, p.Child("auth", "passwordFile"), a.PasswordFile)
+		refs = config.AddFile(refs, p.Child("auth", "tokenFile"), a.TokenFile)
+	}
+	return refs
+}
+
+// validateNATSSink checks the nats block's own fields.
+func validateNATSSink(p *field.Path, n *Config) field.ErrorList {
 	var errs field.ErrorList
 
 	mode := n.Mode
 	switch mode {
 	case "":
-		mode = NATSModeJetStream
-	case NATSModeCore, NATSModeJetStream:
+		mode = ModeJetStream
+	case ModeCore, ModeJetStream:
 	default:
-		errs = append(errs, field.NotSupported(p.Child("mode"), n.Mode, []string{NATSModeJetStream, NATSModeCore}))
+		errs = append(errs, field.NotSupported(p.Child("mode"), n.Mode, []string{ModeJetStream, ModeCore}))
 	}
 
 	sp := p.Child("servers")
@@ -319,13 +371,13 @@ func validateNATSSink(p *field.Path, n *NATSSink) field.ErrorList {
 	}
 
 	if n.Subject != "" {
-		errs = append(errs, ValidateNATSSubjectTemplate(p.Child("subject"), n.Subject)...)
+		errs = append(errs, ValidateSubjectTemplate(p.Child("subject"), n.Subject)...)
 	}
 
 	switch n.ContentMode {
-	case "", ContentModeBinary, ContentModeStructured:
+	case "", config.ContentModeBinary, config.ContentModeStructured:
 	default:
-		errs = append(errs, field.NotSupported(p.Child("contentMode"), n.ContentMode, []string{ContentModeBinary, ContentModeStructured}))
+		errs = append(errs, field.NotSupported(p.Child("contentMode"), n.ContentMode, []string{config.ContentModeBinary, config.ContentModeStructured}))
 	}
 
 	if t := n.TLS; t != nil {
@@ -348,18 +400,18 @@ func validateNATSSink(p *field.Path, n *NATSSink) field.ErrorList {
 	if mr := n.MaxReconnects; mr != nil && *mr < -1 {
 		errs = append(errs, field.Invalid(p.Child("maxReconnects"), *mr, "must be -1 (reconnect forever) or at least 0"))
 	}
-	errs = append(errs, validatePositiveDuration(p.Child("reconnectWait"), n.ReconnectWait)...)
+	errs = append(errs, config.ValidatePositiveDuration(p.Child("reconnectWait"), n.ReconnectWait)...)
 	if n.ReconnectBufferBytes < -1 {
 		errs = append(errs, field.Invalid(p.Child("reconnectBufferBytes"), n.ReconnectBufferBytes,
 			"must be -1 (no buffer while reconnecting) or greater than 0"))
 	}
-	errs = append(errs, validatePositiveDuration(p.Child("connectTimeout"), n.ConnectTimeout)...)
-	errs = append(errs, validatePositiveDuration(p.Child("publishTimeout"), n.PublishTimeout)...)
+	errs = append(errs, config.ValidatePositiveDuration(p.Child("connectTimeout"), n.ConnectTimeout)...)
+	errs = append(errs, config.ValidatePositiveDuration(p.Child("publishTimeout"), n.PublishTimeout)...)
 
 	jp := p.Child("jetstream")
 	switch {
 	case n.JetStream == nil:
-	case mode == NATSModeCore:
+	case mode == ModeCore:
 		errs = append(errs, field.Forbidden(jp, `may only be set when mode is "jetstream" (mode is "core")`))
 	default:
 		errs = append(errs, validateNATSJetStream(jp, n.JetStream, n.Subject)...)
@@ -369,7 +421,7 @@ func validateNATSSink(p *field.Path, n *NATSSink) field.ErrorList {
 
 // usesTLS reports whether the sink connects with TLS: a tls block, or any
 // tls:// server URL (the client then uses TLS for every server).
-func (n *NATSSink) usesTLS() bool {
+func (n *Config) usesTLS() bool {
 	if n.TLS != nil {
 		return true
 	}
@@ -383,7 +435,7 @@ func (n *NATSSink) usesTLS() bool {
 
 // natsClearSecret names the secret that auth a sends to the server as is
 // ("password" or "token"), or returns "" when it sends none.
-func natsClearSecret(a *NATSAuth) string {
+func natsClearSecret(a *Auth) string {
 	switch {
 	case a.User != "" || a.PasswordFile != "" || a.PasswordEnv != "":
 		return "password"
@@ -421,7 +473,7 @@ func validateNATSServer(p *field.Path, s string, earlier []string) field.ErrorLi
 	return nil
 }
 
-func validateNATSAuth(p *field.Path, a *NATSAuth) field.ErrorList {
+func validateNATSAuth(p *field.Path, a *Auth) field.ErrorList {
 	var errs field.ErrorList
 	var methods []string
 	if a.CredsFile != "" {
@@ -452,7 +504,7 @@ func validateNATSAuth(p *field.Path, a *NATSAuth) field.ErrorList {
 		errs = append(errs, field.Forbidden(p, "use one authentication method, not "+strings.Join(methods, " and ")))
 	}
 	for _, e := range []struct{ name, v string }{{"passwordEnv", a.PasswordEnv}, {"tokenEnv", a.TokenEnv}} {
-		if e.v != "" && !envName.MatchString(e.v) {
+		if e.v != "" && !config.ValidEnvName(e.v) {
 			errs = append(errs, field.Invalid(p.Child(e.name), e.v,
 				"must be the name of an environment variable (letters, digits and '_', not starting with a digit), not the secret itself"))
 		}
@@ -460,10 +512,10 @@ func validateNATSAuth(p *field.Path, a *NATSAuth) field.ErrorList {
 	return errs
 }
 
-func validateNATSJetStream(p *field.Path, js *NATSJetStream, template string) field.ErrorList {
+func validateNATSJetStream(p *field.Path, js *JetStream, template string) field.ErrorList {
 	var errs field.ErrorList
 	if js.MaxPending != 0 {
-		errs = append(errs, validateRange(p.Child("maxPending"), js.MaxPending, 1, MaxNATSMaxPending)...)
+		errs = append(errs, config.ValidateRange(p.Child("maxPending"), js.MaxPending, 1, MaxMaxPending)...)
 	}
 	if js.KV != nil {
 		errs = append(errs, validateNATSKV(p.Child("kv"), js.KV)...)
@@ -481,9 +533,9 @@ func validateNATSJetStream(p *field.Path, js *NATSJetStream, template string) fi
 			`must be at most 255 characters without whitespace, ".", "*", ">", "/" or "\"`))
 	}
 	if template == "" {
-		template = DefaultNATSSubject
+		template = DefaultSubject
 	}
-	produced := NATSStreamSubject(template)
+	produced := StreamSubject(template)
 	for i, subj := range s.Subjects {
 		if err := validateNATSFilter(subj); err != "" {
 			errs = append(errs, field.Invalid(sp.Child("subjects").Index(i), subj, err))
@@ -494,15 +546,15 @@ func validateNATSJetStream(p *field.Path, js *NATSJetStream, template string) fi
 			fmt.Sprintf("must capture every subject the template produces (%q); otherwise publishes to the others never succeed", produced)))
 	}
 	switch s.Storage {
-	case "", NATSStorageFile, NATSStorageMemory:
+	case "", StorageFile, StorageMemory:
 	default:
-		errs = append(errs, field.NotSupported(sp.Child("storage"), s.Storage, []string{NATSStorageFile, NATSStorageMemory}))
+		errs = append(errs, field.NotSupported(sp.Child("storage"), s.Storage, []string{StorageFile, StorageMemory}))
 	}
 	if s.Replicas != 0 {
-		errs = append(errs, validateRange(sp.Child("replicas"), s.Replicas, 1, MaxNATSStreamReplicas)...)
+		errs = append(errs, config.ValidateRange(sp.Child("replicas"), s.Replicas, 1, MaxStreamReplicas)...)
 	}
 	ap := sp.Child("maxAge")
-	if bad := validateDurationSyntax(ap, s.MaxAge); bad != nil {
+	if bad := config.ValidateDuration(ap, s.MaxAge); bad != nil {
 		errs = append(errs, bad)
 	} else if s.MaxAge.Duration < 0 {
 		errs = append(errs, field.Invalid(ap, s.MaxAge.String(), "must be 0 (no age limit) or greater"))
@@ -511,9 +563,9 @@ func validateNATSJetStream(p *field.Path, js *NATSJetStream, template string) fi
 		errs = append(errs, field.Invalid(sp.Child("maxBytes"), s.MaxBytes, "must be 0 (no size limit) or greater"))
 	}
 	dp := sp.Child("duplicateWindow")
-	dw := validatePositiveDuration(dp, s.DuplicateWindow)
+	dw := config.ValidatePositiveDuration(dp, s.DuplicateWindow)
 	errs = append(errs, dw...)
-	if len(dw) == 0 && s.DuplicateWindow.set && s.MaxAge.Duration > 0 && s.DuplicateWindow.Duration > s.MaxAge.Duration {
+	if len(dw) == 0 && s.DuplicateWindow.IsSet() && s.MaxAge.Duration > 0 && s.DuplicateWindow.Duration > s.MaxAge.Duration {
 		errs = append(errs, field.Invalid(dp, s.DuplicateWindow.String(),
 			fmt.Sprintf("must be at most maxAge (%s): the server cannot remember ids longer than it keeps messages", s.MaxAge.String())))
 	}
@@ -523,7 +575,7 @@ func validateNATSJetStream(p *field.Path, js *NATSJetStream, template string) fi
 // natsBucketName is what the server accepts as a key-value bucket name.
 var natsBucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
-func validateNATSKV(p *field.Path, kv *NATSKV) field.ErrorList {
+func validateNATSKV(p *field.Path, kv *KV) field.ErrorList {
 	var errs field.ErrorList
 	switch {
 	case kv.Bucket == "":
@@ -545,37 +597,25 @@ func validateNATSKV(p *field.Path, kv *NATSKV) field.ErrorList {
 		return errs
 	}
 	switch kv.Storage {
-	case "", NATSStorageFile, NATSStorageMemory:
+	case "", StorageFile, StorageMemory:
 	default:
-		errs = append(errs, field.NotSupported(p.Child("storage"), kv.Storage, []string{NATSStorageFile, NATSStorageMemory}))
+		errs = append(errs, field.NotSupported(p.Child("storage"), kv.Storage, []string{StorageFile, StorageMemory}))
 	}
 	if kv.Replicas != 0 {
-		errs = append(errs, validateRange(p.Child("replicas"), kv.Replicas, 1, MaxNATSStreamReplicas)...)
+		errs = append(errs, config.ValidateRange(p.Child("replicas"), kv.Replicas, 1, MaxStreamReplicas)...)
 	}
 	return errs
 }
 
-// validatePositiveDuration accepts an unset duration (it takes a default)
-// and any duration greater than zero.
-func validatePositiveDuration(p *field.Path, d Duration) field.ErrorList {
-	if bad := validateDurationSyntax(p, d); bad != nil {
-		return field.ErrorList{bad}
-	}
-	if d.set && d.Duration <= 0 {
-		return field.ErrorList{field.Invalid(p, d.String(), "must be greater than 0; omit the field for the default")}
-	}
-	return nil
-}
-
-// ValidateNATSSubjectTemplate checks a subject template: tokens separated by
+// ValidateSubjectTemplate checks a subject template: tokens separated by
 // ".", none empty, no wildcards, no whitespace or control characters, only
-// the placeholders of NATSSubjectPlaceholders in braces, at most
-// MaxNATSSubjectTemplateLength characters, at most one placeholder per
+// the placeholders of SubjectPlaceholders in braces, at most
+// MaxSubjectTemplateLength characters, at most one placeholder per
 // token, and not in the reserved "$" namespace of the server.
-func ValidateNATSSubjectTemplate(p *field.Path, tmpl string) field.ErrorList {
+func ValidateSubjectTemplate(p *field.Path, tmpl string) field.ErrorList {
 	invalid := func(why string) field.ErrorList { return field.ErrorList{field.Invalid(p, tmpl, why)} }
-	if len(tmpl) > MaxNATSSubjectTemplateLength {
-		return invalid(fmt.Sprintf("must be at most %d characters (it has %d)", MaxNATSSubjectTemplateLength, len(tmpl)))
+	if len(tmpl) > MaxSubjectTemplateLength {
+		return invalid(fmt.Sprintf("must be at most %d characters (it has %d)", MaxSubjectTemplateLength, len(tmpl)))
 	}
 	if strings.HasPrefix(tmpl, "$") {
 		return invalid(`must not start with "$": subjects beginning with "$" are reserved for the server ($JS, $SYS)`)
@@ -597,9 +637,9 @@ func ValidateNATSSubjectTemplate(p *field.Path, tmpl string) field.ErrorList {
 
 // parseNATSSubjectToken parses one token of a subject template: printable
 // ASCII without wildcards, and at most one placeholder of
-// NATSSubjectPlaceholders.
+// SubjectPlaceholders.
 func parseNATSSubjectToken(tok string) error {
-	_, err := template.Parse(tok, template.Rules{Placeholders: NATSSubjectPlaceholders(), MaxPlaceholders: 1,
+	_, err := template.Parse(tok, template.Rules{Placeholders: SubjectPlaceholders(), MaxPlaceholders: 1,
 		Literal: func(r rune) string {
 			switch {
 			case r == '*' || r == '>':

@@ -1,11 +1,13 @@
-package config_test
+package kafka_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks/kafka"
 )
 
 // kafkaBase is a valid configuration with one kafka sink that the cases
@@ -30,11 +32,11 @@ sinks:
 `
 
 func TestTheKafkaBaseConfigIsValidAndDefaulted(t *testing.T) {
-	cfg, err := config.Parse([]byte(kafkaBase))
+	cfg, err := config.Parse([]byte(kafkaBase), app.DefaultRegistry())
 	if err != nil {
 		t.Fatalf("kafka base config: %v", err)
 	}
-	d := cfg.Sinks[0].Kafka.Defaulted()
+	d := cfg.Sinks[0].Block.(*kafka.Config)
 	checks := []struct {
 		what      string
 		got, want any
@@ -61,14 +63,14 @@ func TestTheKafkaBaseConfigIsValidAndDefaulted(t *testing.T) {
 }
 
 func TestExplicitKafkaValuesSurviveDefaulting(t *testing.T) {
-	cfg, err := config.Parse([]byte(kafkaBase + `      tombstones: false
+	cfg, err := config.Parse([]byte(kafkaBase+`      tombstones: false
       batch: {linger: 0, maxMessages: 10}
       createTopics: {cleanupPolicy: compact}
-`))
+`), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := cfg.Sinks[0].Kafka.Defaulted()
+	d := cfg.Sinks[0].Block.(*kafka.Config)
 	if *d.Tombstones {
 		t.Error("tombstones: false was replaced by the default")
 	}
@@ -78,7 +80,8 @@ func TestExplicitKafkaValuesSurviveDefaulting(t *testing.T) {
 	if c := d.CreateTopics; c.CleanupPolicy != "compact" || c.Partitions != -1 || c.ReplicationFactor != -1 {
 		t.Errorf("createTopics = %+v, want compact with broker-default partitions and replication", c)
 	}
-	if cfg.Sinks[0].Kafka.Batch.MaxBytes != 0 {
+	k := &kafka.Config{Batch: &kafka.Batch{MaxMessages: 10}}
+	if k.Defaulted(); k.Batch.MaxBytes != 0 {
 		t.Error("Defaulted modified the configuration it was called on")
 	}
 }
@@ -95,11 +98,11 @@ func TestIdempotenceFollowsAcksUnlessSet(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := config.Parse([]byte(kafkaBase + c.extra))
+			cfg, err := config.Parse([]byte(kafkaBase+c.extra), app.DefaultRegistry())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := *cfg.Sinks[0].Kafka.Defaulted().Idempotent; got != c.want {
+			if got := *cfg.Sinks[0].Block.(*kafka.Config).Idempotent; got != c.want {
 				t.Errorf("idempotent = %v, want %v", got, c.want)
 			}
 		})
@@ -117,8 +120,8 @@ func TestKafkaTopicTemplatesExpandPerResource(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := config.KafkaTopic(c.tmpl, "demo", c.group, "v1", "configmaps"); got != c.want {
-				t.Errorf("KafkaTopic(%q) = %q, want %q", c.tmpl, got, c.want)
+			if got := kafka.TopicName(c.tmpl, "demo", c.group, "v1", "configmaps"); got != c.want {
+				t.Errorf("TopicName(%q) = %q, want %q", c.tmpl, got, c.want)
 			}
 		})
 	}
@@ -142,8 +145,8 @@ func TestKafkaTopicNamesFollowKafkasRules(t *testing.T) {
 		{"ünï", false},
 	}
 	for _, c := range cases {
-		if why := config.ValidateKafkaTopicName(c.name); (why == "") != c.ok {
-			t.Errorf("ValidateKafkaTopicName(%.20q...) = %q, want ok=%v", c.name, why, c.ok)
+		if why := kafka.ValidateTopicName(c.name); (why == "") != c.ok {
+			t.Errorf("ValidateTopicName(%.20q...) = %q, want ok=%v", c.name, why, c.ok)
 		}
 	}
 }
@@ -309,7 +312,7 @@ func TestBadKafkaConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := config.Parse([]byte(c.yaml))
+			_, err := config.Parse([]byte(c.yaml), app.DefaultRegistry())
 			if err == nil {
 				t.Fatal("the configuration was accepted")
 			}
@@ -372,7 +375,7 @@ func TestSASLWithoutTLSIsRefusedUnlessAllowInsecureIsSet(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := config.Parse([]byte(kafkaBase + c.extra))
+			cfg, err := config.Parse([]byte(kafkaBase+c.extra), app.DefaultRegistry())
 			if c.want == nil {
 				if err != nil {
 					t.Fatalf("the configuration was refused: %v", err)
@@ -398,7 +401,6 @@ func TestSASLWithoutTLSIsRefusedUnlessAllowInsecureIsSet(t *testing.T) {
 // An explicit 0 where 0 is not a usable value used to be replaced by the
 // default without a word, unlike the same mistake at the top level.
 func TestAnExplicitZeroInASinkBlockIsRejectedRatherThanDefaulted(t *testing.T) {
-	nats := func(old, new string) string { return natsEdit(old, new) }
 	cases := []struct {
 		name string
 		yaml string
@@ -424,25 +426,10 @@ func TestAnExplicitZeroInASinkBlockIsRejectedRatherThanDefaulted(t *testing.T) {
 			yaml: kafkaBase + "      createTopics: {replicationFactor: 0}\n",
 			want: []string{"sinks[0].kafka.createTopics.replicationFactor: Invalid value: 0", "-1 (the broker's default)"},
 		},
-		{
-			name: "nats reconnectBufferBytes: 0 is rejected with its path.",
-			yaml: nats("reconnectBufferBytes: 1048576", "reconnectBufferBytes: 0"),
-			want: []string{"sinks[0].nats.reconnectBufferBytes: Invalid value: 0", "-1 (no buffer while reconnecting)"},
-		},
-		{
-			name: "nats jetstream.maxPending: 0 is rejected with its path.",
-			yaml: nats("maxPending: 256", "maxPending: 0"),
-			want: []string{"sinks[0].nats.jetstream.maxPending: Invalid value: 0", "omit the field for the default (256)"},
-		},
-		{
-			name: "nats jetstream.stream.replicas: 0 is rejected with its path.",
-			yaml: nats("replicas: 3", "replicas: 0"),
-			want: []string{"sinks[0].nats.jetstream.stream.replicas: Invalid value: 0", "between 1 and 5"},
-		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := config.Parse([]byte(c.yaml))
+			_, err := config.Parse([]byte(c.yaml), app.DefaultRegistry())
 			if err == nil {
 				t.Fatal("the configuration was accepted")
 			}
@@ -461,14 +448,12 @@ func TestMeaningfulZerosAndNullsAreAccepted(t *testing.T) {
 		yaml string
 	}{
 		{"kafka batch.linger: 0 means send at once.", kafkaBase + "      batch: {linger: 0}\n"},
-		{"nats jetstream.stream.maxBytes: 0 means no size limit.", natsEdit("maxBytes: 1073741824", "maxBytes: 0")},
-		{"nats maxReconnects: 0 means never reconnect.", natsEdit("maxReconnects: -1", "maxReconnects: 0")},
 		{"A null number is the same as leaving it out.", kafkaBase + "      batch: {maxMessages: null}\n"},
-		{"A null top-level number is the same as leaving it out.", edit("qps: 50", "qps: null")},
+		{"A null top-level number is the same as leaving it out.", strings.Replace(kafkaBase, "cluster: demo\n", "cluster: demo\nclient: {qps: null}\n", 1)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := config.Parse([]byte(c.yaml)); err != nil {
+			if _, err := config.Parse([]byte(c.yaml), app.DefaultRegistry()); err != nil {
 				t.Fatalf("the configuration was refused: %v", err)
 			}
 		})
