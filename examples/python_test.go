@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/natstest"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
@@ -128,15 +128,7 @@ func send(t *testing.T, s sinks.Sink) {
 
 func TestThePythonConsumerPrintsKubewiresEventsFromJetStream(t *testing.T) {
 	py := python(t)
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	srv := natstest.Embedded(t)
 	for _, mode := range []string{config.ContentModeBinary, config.ContentModeStructured} {
 		t.Run(mode, func(t *testing.T) {
 			stream := "KW" + strings.ToUpper(mode)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -18,6 +17,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/natstest"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
@@ -35,15 +35,7 @@ func configMap(op informer.Op, name string, rv int, data map[string]any) *inform
 }
 
 func TestTheAutomationsInformerHandlerReactsToConfigMapChangesFromJetStream(t *testing.T) {
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	srv := natstest.Embedded(t)
 
 	c := &config.Config{
 		APIVersion: config.APIVersion, Kind: config.Kind, Cluster: "demo",

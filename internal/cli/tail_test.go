@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/kubewire/kubewire/encoding"
@@ -20,6 +19,7 @@ import (
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/natstest"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -77,15 +77,7 @@ func newTailEnv(t *testing.T) *tailEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(kc.Close)
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	srv := natstest.Embedded(t)
 
 	env := &tailEnv{path: write(t, fmt.Sprintf(tailConfig, kc.ListenAddrs()[0], srv.ClientURL())), sinks: map[string]sinks.Sink{}}
 	cfg, err := config.Load(env.path, app.DefaultRegistry())

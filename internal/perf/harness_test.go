@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/dynamic"
@@ -22,6 +21,7 @@ import (
 	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/natstest"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	natssink "github.com/kubewire/kubewire/sinks/nats"
@@ -126,16 +126,7 @@ func startKfake(tb testing.TB) string {
 // storing to files as a production server does.
 func startJetStream(tb testing.TB) string {
 	tb.Helper()
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: tb.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		tb.Fatalf("nats-server: %v", err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		tb.Fatal("nats-server did not become ready")
-	}
-	tb.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	return srv.ClientURL()
+	return natstest.Embedded(tb).ClientURL()
 }
 
 // validated applies defaults to a one-resource, one-sink configuration and
