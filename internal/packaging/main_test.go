@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/packaging"
 	"github.com/kubewire/kubewire/internal/testcluster"
+	"strings"
 )
 
 // The real kube-apiserver and etcd start on first use, not in TestMain:
@@ -117,3 +118,18 @@ func render(t *testing.T, name, ns, y string) *packaging.Rendered {
 func ptr[T any](v T) *T { return &v }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// refusesToRender renders the chart with vals and requires an error that
+// says every part of want.
+func refusesToRender(t *testing.T, vals string, want []string) {
+	t.Helper()
+	_, err := packaging.Render(chartDir, packaging.Release{Name: "kw", Namespace: "platform", Values: values(t, vals)})
+	if err == nil {
+		t.Fatal("rendered without error")
+	}
+	for _, part := range want {
+		if !strings.Contains(err.Error(), part) {
+			t.Errorf("error does not say %q:\n%v", part, err)
+		}
+	}
+}
