@@ -212,10 +212,3 @@ func (g *gate) wait() {
 		<-h
 	}
 }
-
-// caches names each cache explicitly: "" is the default, raw, so it
-// cannot stand for the unstructured cache.
-var caches = []struct{ name, cache string }{
-	{"on the unstructured cache", config.CacheUnstructured},
-	{"on the raw cache", config.CacheRaw},
-}
