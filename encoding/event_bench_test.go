@@ -16,7 +16,7 @@ func benchChange(k benchdata.Kind) *informer.Change {
 	u := k.Cached(benchdata.DefaultSeed, 0, 2)
 	return &informer.Change{
 		Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()),
-		Object: u, OldObject: k.Cached(benchdata.DefaultSeed, 0, 1), Observed: time.Now(),
+		Object: informer.FromUnstructured(u), OldObject: informer.FromUnstructured(k.Cached(benchdata.DefaultSeed, 0, 1)), Observed: time.Now(),
 	}
 }
 
@@ -55,7 +55,7 @@ func benchRawChange(k benchdata.Kind) *informer.Change {
 	cur := o(2)
 	return &informer.Change{
 		Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(cur.GetNamespace(), cur.GetName()),
-		Raw: cur, OldRaw: o(1), Observed: time.Now(),
+		Object: informer.FromRaw(cur), OldObject: informer.FromRaw(o(1)), Observed: time.Now(),
 	}
 }
 

@@ -66,24 +66,10 @@ func (c cacheCase) labelled(tb testing.TB, rv, team, v string) any {
 		rv, team, v))
 }
 
-// objectRV and oldRV read the resourceVersion of a Change's object and of
-// its previous state, on either cache.
+// objectRV is the resourceVersion of a Change's object, "" for a marker.
 func objectRV(c *Change) string {
-	switch {
-	case c.Object != nil:
-		return c.Object.GetResourceVersion()
-	case c.Raw != nil:
-		return c.Raw.GetResourceVersion()
+	if c.Object == nil {
+		return ""
 	}
-	return ""
-}
-
-func oldRV(c *Change) string {
-	switch {
-	case c.OldObject != nil:
-		return c.OldObject.GetResourceVersion()
-	case c.OldRaw != nil:
-		return c.OldRaw.GetResourceVersion()
-	}
-	return ""
+	return c.Object.GetResourceVersion()
 }

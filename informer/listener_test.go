@@ -39,7 +39,7 @@ func TestADeleteSeenOnlyThroughARelistIsMarkedFinalStateUnknown(t *testing.T) {
 				t.Fatalf("got %d changes, want 1", len(*out))
 			}
 			c := (*out)[0]
-			if c.Op != OpDeleted || !c.FinalStateUnknown || c.Key != "configmaps/ns/cm" || objectRV(c) != "7" {
+			if c.Op != OpDeleted || !c.FinalStateUnknown || c.Key != "configmaps/ns/cm" || c.Object.GetResourceVersion() != "7" {
 				t.Fatalf("got %+v", c)
 			}
 		})
@@ -52,7 +52,7 @@ func TestAnUpdateWithAnUnchangedResourceVersionIsNotAChange(t *testing.T) {
 			w, out := listenerFor()
 			w.onUpdate(tc.obj(t, "5"), tc.obj(t, "5"))
 			w.onUpdate(tc.obj(t, "5"), tc.obj(t, "6"))
-			if len(*out) != 1 || (*out)[0].Op != OpUpdated || oldRV((*out)[0]) != "5" {
+			if len(*out) != 1 || (*out)[0].Op != OpUpdated || (*out)[0].OldObject.GetResourceVersion() != "5" {
 				t.Fatalf("got %+v", *out)
 			}
 		})
