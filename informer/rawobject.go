@@ -2,53 +2,13 @@ package informer
 
 import (
 	"bytes"
-	"fmt"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/json"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubewire/kubewire/informer/raw"
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/shape"
 )
-
-// newRawInformer is newInformer for cache: raw: the same SharedIndexInformer,
-// fed by a ListerWatcher that yields raw Objects. No transform: the raw
-// ListerWatcher already cut managedFields while copying the bytes.
-func (w *Watcher) newRawInformer() (cache.SharedIndexInformer, error) {
-	if w.opt.REST == nil {
-		return nil, fmt.Errorf("cache %q needs Options.REST", config.CacheRaw)
-	}
-	rules, err := w.cfg.RedactRules()
-	if err != nil {
-		return nil, err
-	}
-	var rewrite func(map[string]any)
-	if len(rules) > 0 {
-		rewrite = func(m map[string]any) { shape.Redact(m, rules) }
-	}
-	lw := func(ns string, keep func(string) bool) *cache.ListWatch {
-		return raw.NewListWatch(raw.ListWatchOptions{
-			Client:    w.opt.REST,
-			GVR:       w.gvr,
-			Namespace: ns,
-			Tweak: func(o *metav1.ListOptions) {
-				o.LabelSelector = w.cfg.LabelSelector
-				o.FieldSelector = w.cfg.FieldSelector
-			},
-			Keep:              keep,
-			KeepManagedFields: w.cfg.KeepManagedFields,
-			Rewrite:           rewrite,
-		})
-	}
-	inf := cache.NewSharedIndexInformerWithOptions(w.listerWatcher(lw, w.opt.REST), &raw.Object{},
-		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()})
-	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
-	return inf, nil
-}
 
 // rawObject is an Object of the raw cache (cache: raw, the default): the
 // served bytes and the few metadata fields raw.New parsed. It decodes only
