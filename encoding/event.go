@@ -91,7 +91,7 @@ func Event(c *informer.Change) (*event.Event, error) {
 		}
 		data, err = json.Marshal(m)
 	} else {
-		o := objectOf(c)
+		o := c.Object
 		if o == nil {
 			return nil, fmt.Errorf("encoding: %s change for %s has no object", c.Op, c.Key)
 		}

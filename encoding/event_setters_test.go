@@ -15,7 +15,6 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/benchdata"
-	"github.com/kubewire/kubewire/internal/shape"
 )
 
 // eventWithSetters is Event as it was written before it filled sdk-go's
@@ -48,7 +47,7 @@ func eventWithSetters(c *informer.Change) (*event.Event, error) {
 		}
 		data, err = json.Marshal(m)
 	} else {
-		o := objectOf(c)
+		o := c.Object
 		if o == nil {
 			return nil, fmt.Errorf("encoding: %s change for %s has no object", c.Op, c.Key)
 		}
@@ -72,15 +71,7 @@ func eventWithSetters(c *informer.Change) (*event.Event, error) {
 			ev.SetExtension(ExtFinalStateUnknown, strconv.FormatBool(true))
 		}
 		if c.Op != informer.OpDeleted {
-			var cb shape.ChangedBy
-			var ok bool
-			if c.Raw != nil {
-				var rc raw.ChangedBy
-				rc, ok = c.Raw.ChangedBy()
-				cb = shape.ChangedBy{Manager: rc.Manager, Operation: rc.Operation, Time: rc.Time}
-			} else {
-				cb, ok = shape.ChangedByOf(c.Object.Object)
-			}
+			cb, ok := o.ChangedBy()
 			if ok {
 				for _, x := range [][2]string{{ExtChangedBy, cb.Manager}, {ExtChangeOp, cb.Operation}, {ExtChangeTime, cb.Time}} {
 					if x[1] != "" {
@@ -132,8 +123,8 @@ func setterCases(t *testing.T) []*informer.Change {
 				}
 				u := benchdata.Decode(b)
 				for i, c := range []*informer.Change{
-					{Op: op, Resource: res, Key: res.ObjectKey(ro.GetNamespace(), ro.GetName()), Raw: ro, Observed: at},
-					{Op: op, Resource: res, Key: res.ObjectKey(u.GetNamespace(), u.GetName()), Object: u, Observed: at},
+					{Op: op, Resource: res, Key: res.ObjectKey(ro.GetNamespace(), ro.GetName()), Object: informer.FromRaw(ro), Observed: at},
+					{Op: op, Resource: res, Key: res.ObjectKey(u.GetNamespace(), u.GetName()), Object: informer.FromUnstructured(u), Observed: at},
 				} {
 					switch i {
 					case 0:

@@ -86,16 +86,18 @@ func bothPaths(t *testing.T, res *informer.Resource, op informer.Op, in, old []b
 	if err != nil {
 		t.Fatal(err)
 	}
-	cu := &informer.Change{Op: op, Resource: res, Key: res.ObjectKey(u.GetNamespace(), u.GetName()), Object: u, Observed: now}
-	cr := &informer.Change{Op: op, Resource: res, Key: res.ObjectKey(r.GetNamespace(), r.GetName()), Raw: r, Observed: now}
+	cu := &informer.Change{Op: op, Resource: res, Key: res.ObjectKey(u.GetNamespace(), u.GetName()), Object: informer.FromUnstructured(u), Observed: now}
+	cr := &informer.Change{Op: op, Resource: res, Key: res.ObjectKey(r.GetNamespace(), r.GetName()), Object: informer.FromRaw(r), Observed: now}
 	if op == informer.OpSynced {
 		cu.SnapshotID, cr.SnapshotID = "snap", "snap"
 	}
 	if old != nil {
-		cu.OldObject = decode(old)
-		if cr.OldRaw, err = raw.New(old, opts); err != nil {
+		cu.OldObject = informer.FromUnstructured(decode(old))
+		ro, err := raw.New(old, opts)
+		if err != nil {
 			t.Fatal(err)
 		}
+		cr.OldObject = informer.FromRaw(ro)
 	}
 	return cu, cr
 }

@@ -18,10 +18,7 @@ func changedBy(c *informer.Change) (provenance, bool) {
 	if c.Op == informer.OpDeleted {
 		return provenance{}, false
 	}
-	if c.Raw != nil {
-		return rawChangedBy(c.Raw)
-	}
-	cb, ok := shape.ChangedByOf(c.Object.Object)
+	cb, ok := c.Object.ChangedBy()
 	return provenance{cb.Manager, cb.Operation, cb.Time}, ok
 }
 
@@ -50,26 +47,33 @@ func (p provenance) set(ext map[string]any) {
 }
 
 // objectData is the data of an object event in the resource's payload mode.
-// kubewire's private key never reaches it.
+// kubewire's private key never reaches it. In the full mode on the raw
+// cache it is the cached bytes themselves, shared by every sink.
 func objectData(c *informer.Change) ([]byte, error) {
-	if c.Raw != nil {
-		return rawData(c)
-	}
-	o := c.Object.Object
+	o := c.Object
 	switch c.Resource.Payload {
 	case shape.PayloadReference:
-		u := c.Object
 		return json.Marshal(shape.Reference{
-			APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: u.GetNamespace(),
-			Name: u.GetName(), UID: string(u.GetUID()), ResourceVersion: u.GetResourceVersion(),
+			APIVersion: o.GetAPIVersion(), Kind: o.GetKind(), Namespace: o.GetNamespace(),
+			Name: o.GetName(), UID: string(o.GetUID()), ResourceVersion: o.GetResourceVersion(),
 		})
 	case shape.PayloadDiff:
-		var old map[string]any
-		if c.Op == informer.OpUpdated && c.OldObject != nil {
-			old = c.OldObject.Object
+		data, err := o.Data()
+		if err != nil {
+			return nil, err
 		}
-		return shape.Diff(old, o)
+		d := shape.DiffData{Object: data}
+		if c.Op == informer.OpUpdated && c.OldObject != nil {
+			old, err := c.OldObject.Data()
+			if err != nil {
+				return nil, err
+			}
+			if d.Patch, err = shape.Patch(old, data); err != nil {
+				return nil, err
+			}
+		}
+		return json.Marshal(d)
 	default:
-		return shape.Marshal(o)
+		return o.Data()
 	}
 }

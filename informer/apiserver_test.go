@@ -212,8 +212,3 @@ func (g *gate) wait() {
 		<-h
 	}
 }
-
-var caches = []struct{ name, cache string }{
-	{"on the unstructured cache", ""},
-	{"on the raw cache", config.CacheRaw},
-}

@@ -5,10 +5,7 @@ package informer
 import (
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/kubewire/kubewire/informer/raw"
 )
 
 // Op is what happened to an object, or which snapshot marker a Change is.
@@ -83,13 +80,9 @@ type Change struct {
 	Key string
 	// Object is the object after transforms. For a delete it is the last
 	// state the informer knew. Nil for snapshot markers.
-	Object *unstructured.Unstructured
+	Object Object
 	// OldObject is the previous state, for updates only.
-	OldObject *unstructured.Unstructured
-	// Raw and OldRaw replace Object and OldObject for a resource with
-	// cache: raw. Exactly one of Object and Raw is set on an object event.
-	Raw    *raw.Object
-	OldRaw *raw.Object
+	OldObject Object
 	// FinalStateUnknown marks a delete noticed only through a relist
 	// (cache.DeletedFinalStateUnknown): Object may be older than the
 	// object's real final state.
@@ -105,10 +98,10 @@ type Change struct {
 // Size is the byte size of the object's JSON where it is known without
 // encoding (the raw cache), else 0.
 func (c *Change) Size() int64 {
-	if c.Raw != nil {
-		return int64(len(c.Raw.JSON))
+	if c.Object == nil {
+		return 0
 	}
-	return 0
+	return c.Object.Size()
 }
 
 // IsMarker reports whether the change frames a snapshot rather than
@@ -119,11 +112,8 @@ func (c *Change) IsMarker() bool {
 
 // ObjectUID returns the uid of the change's object, and false for a marker.
 func (c *Change) ObjectUID() (string, bool) {
-	switch {
-	case c.Object != nil:
-		return string(c.Object.GetUID()), true
-	case c.Raw != nil:
-		return string(c.Raw.GetUID()), true
+	if c.Object == nil {
+		return "", false
 	}
-	return "", false
+	return string(c.Object.GetUID()), true
 }

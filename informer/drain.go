@@ -9,12 +9,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/kubewire/kubewire/informer/raw"
 )
 
 // ErrNotDrained means that at shutdown the handler had not caught up with
@@ -186,21 +183,6 @@ func (w *Watcher) drain() error {
 			"drainTimeout", w.opt.DrainTimeout)
 		return fmt.Errorf("%s: %w after %s", w.name, ErrNotDrained, w.opt.DrainTimeout)
 	}
-}
-
-// sentinel returns the object that ends the stream at shutdown, of the
-// informer's own type: the reflector drops an event of any other type.
-func (w *Watcher) sentinel() (runtime.Object, error) {
-	if w.cfg.RawCache() {
-		o, err := raw.New([]byte(`{"metadata":{"name":"`+drainName+`"}}`), raw.BuildOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("drain sentinel: %w", err)
-		}
-		return o, nil
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{}}
-	u.SetName(drainName)
-	return u, nil
 }
 
 // isSentinel reports whether obj ends the stream, and if so records that

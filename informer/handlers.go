@@ -4,10 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
 )
@@ -39,7 +37,8 @@ import (
 //   - The drain sentinel (drain.go) is recognised first and ends the drain
 //     instead of becoming an event.
 //
-// rawpath.go holds the same handlers for the raw cache's objects.
+// Both caches share these handlers: objectOf turns what client-go hands
+// over into an Object first.
 
 // observed returns the observed-events counter of op, looked up once per op
 // rather than hashed per event.
@@ -63,29 +62,26 @@ func (w *Watcher) observe(op Op, now time.Time) {
 	}
 }
 
-func (w *Watcher) change(op Op, u *unstructured.Unstructured, now time.Time, snapshotID string) *Change {
+func (w *Watcher) change(op Op, o Object, now time.Time, snapshotID string) *Change {
 	w.observe(op, now)
 	return &Change{
 		Op:         op,
 		Resource:   w.res,
-		Key:        w.shape.key(w.res, u),
-		Object:     u,
+		Key:        w.shape.key(w.res, o),
+		Object:     o,
 		SnapshotID: snapshotID,
 		Observed:   now,
 	}
 }
 
-// handled records obj as the handler's latest view of its object and
+// handled records o as the handler's latest view of its object and
 // enqueues c, if the notification emits anything, in one critical section.
 // Every notification is recorded, emitted or not: a snapshot lists what
 // the cluster holds, whatever the configured operations and filters let
 // through as live changes.
-func (w *Watcher) handled(obj any, c *Change) {
-	name, ok := nameOf(obj)
+func (w *Watcher) handled(o Object, c *Change) {
 	w.emitMu.Lock()
-	if ok {
-		w.seen[name] = obj
-	}
+	w.seen[nameOf(o)] = o
 	if c != nil {
 		w.opt.Out.Enqueue(c)
 	}
@@ -93,12 +89,9 @@ func (w *Watcher) handled(obj any, c *Change) {
 }
 
 // gone is handled for a delete: the object leaves the handler's view.
-func (w *Watcher) gone(obj any, c *Change) {
-	name, ok := nameOf(obj)
+func (w *Watcher) gone(o Object, c *Change) {
 	w.emitMu.Lock()
-	if ok {
-		delete(w.seen, name)
-	}
+	delete(w.seen, nameOf(o))
 	if c != nil {
 		w.opt.Out.Enqueue(c)
 	}
@@ -112,28 +105,23 @@ func (w *Watcher) onAdd(obj any, initial bool) {
 	if w.isSentinel(obj) {
 		return
 	}
-	w.handled(obj, w.addChange(obj, initial))
+	if o, ok := objectOf(obj); ok {
+		w.handled(o, w.addChange(o, initial))
+	}
 }
 
-func (w *Watcher) addChange(obj any, initial bool) *Change {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		if r, isR := obj.(*raw.Object); isR {
-			return w.addChangeRaw(r, initial)
-		}
-		return nil
-	}
+func (w *Watcher) addChange(o Object, initial bool) *Change {
 	if initial && w.initialID != "" {
-		if !w.shape.keep(OpSynced, u, nil) {
+		if !w.shape.keep(OpSynced, o, nil) {
 			return nil
 		}
 		w.initialCount.Add(1)
-		return w.change(OpSynced, u, time.Now(), w.initialID)
+		return w.change(OpSynced, o, time.Now(), w.initialID)
 	}
-	if initial || !w.cfg.Emits(config.OpAdded) || !w.shape.keep(OpAdded, u, nil) {
+	if initial || !w.cfg.Emits(config.OpAdded) || !w.shape.keep(OpAdded, o, nil) {
 		return nil
 	}
-	return w.change(OpAdded, u, time.Now(), "")
+	return w.change(OpAdded, o, time.Now(), "")
 }
 
 func (w *Watcher) onUpdate(oldObj, newObj any) {
@@ -143,21 +131,21 @@ func (w *Watcher) onUpdate(oldObj, newObj any) {
 	if w.isSentinel(newObj) {
 		return
 	}
-	w.handled(newObj, w.updateChange(oldObj, newObj))
+	n, ok := objectOf(newObj)
+	if !ok {
+		return
+	}
+	var c *Change
+	if o, ok := objectOf(oldObj); ok {
+		c = w.updateChange(o, n)
+	}
+	w.handled(n, c)
 }
 
-func (w *Watcher) updateChange(oldObj, newObj any) *Change {
-	if ro, isR := oldObj.(*raw.Object); isR {
-		if rn, isR := newObj.(*raw.Object); isR {
-			return w.updateChangeRaw(ro, rn)
-		}
-		return nil
-	}
-	o, ok1 := oldObj.(*unstructured.Unstructured)
-	n, ok2 := newObj.(*unstructured.Unstructured)
+func (w *Watcher) updateChange(o, n Object) *Change {
 	// An unchanged resourceVersion is a relist or resync re-delivering what
 	// was already emitted, not a change.
-	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() || !w.cfg.Emits(config.OpUpdated) ||
+	if o.GetResourceVersion() == n.GetResourceVersion() || !w.cfg.Emits(config.OpUpdated) ||
 		!w.shape.keep(OpUpdated, n, o) {
 		return nil
 	}
@@ -174,18 +162,16 @@ func (w *Watcher) onDelete(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj, unknown = d.Obj, true
 	}
-	w.gone(obj, w.deleteChange(obj, unknown))
+	if o, ok := objectOf(obj); ok {
+		w.gone(o, w.deleteChange(o, unknown))
+	}
 }
 
-func (w *Watcher) deleteChange(obj any, unknown bool) *Change {
-	if r, isR := obj.(*raw.Object); isR {
-		return w.deleteChangeRaw(r, unknown)
-	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok || !w.cfg.Emits(config.OpDeleted) || !w.shape.keep(OpDeleted, u, nil) {
+func (w *Watcher) deleteChange(o Object, unknown bool) *Change {
+	if !w.cfg.Emits(config.OpDeleted) || !w.shape.keep(OpDeleted, o, nil) {
 		return nil
 	}
-	c := w.change(OpDeleted, u, time.Now(), "")
+	c := w.change(OpDeleted, o, time.Now(), "")
 	c.FinalStateUnknown = unknown
 	return c
 }

@@ -31,33 +31,45 @@ func obj(rv string) *unstructured.Unstructured {
 }
 
 func TestADeleteSeenOnlyThroughARelistIsMarkedFinalStateUnknown(t *testing.T) {
-	w, out := listenerFor()
-	w.onDelete(cache.DeletedFinalStateUnknown{Key: "ns/cm", Obj: obj("7")})
-	if len(*out) != 1 {
-		t.Fatalf("got %d changes, want 1", len(*out))
-	}
-	c := (*out)[0]
-	if c.Op != OpDeleted || !c.FinalStateUnknown || c.Key != "configmaps/ns/cm" || c.Object.GetResourceVersion() != "7" {
-		t.Fatalf("got %+v", c)
+	for _, tc := range caches {
+		t.Run(tc.name, func(t *testing.T) {
+			w, out := listenerFor()
+			w.onDelete(cache.DeletedFinalStateUnknown{Key: "ns/cm", Obj: tc.obj(t, "7")})
+			if len(*out) != 1 {
+				t.Fatalf("got %d changes, want 1", len(*out))
+			}
+			c := (*out)[0]
+			if c.Op != OpDeleted || !c.FinalStateUnknown || c.Key != "configmaps/ns/cm" || c.Object.GetResourceVersion() != "7" {
+				t.Fatalf("got %+v", c)
+			}
+		})
 	}
 }
 
 func TestAnUpdateWithAnUnchangedResourceVersionIsNotAChange(t *testing.T) {
-	w, out := listenerFor()
-	w.onUpdate(obj("5"), obj("5"))
-	w.onUpdate(obj("5"), obj("6"))
-	if len(*out) != 1 || (*out)[0].Op != OpUpdated || (*out)[0].OldObject.GetResourceVersion() != "5" {
-		t.Fatalf("got %+v", *out)
+	for _, tc := range caches {
+		t.Run(tc.name, func(t *testing.T) {
+			w, out := listenerFor()
+			w.onUpdate(tc.obj(t, "5"), tc.obj(t, "5"))
+			w.onUpdate(tc.obj(t, "5"), tc.obj(t, "6"))
+			if len(*out) != 1 || (*out)[0].Op != OpUpdated || (*out)[0].OldObject.GetResourceVersion() != "5" {
+				t.Fatalf("got %+v", *out)
+			}
+		})
 	}
 }
 
 func TestOperationsThatAreNotConfiguredAreNotEmitted(t *testing.T) {
-	w, out := listenerFor(config.OpDeleted)
-	w.onAdd(obj("1"), false)
-	w.onUpdate(obj("1"), obj("2"))
-	w.onDelete(obj("3"))
-	if len(*out) != 1 || (*out)[0].Op != OpDeleted {
-		t.Fatalf("got %+v", *out)
+	for _, tc := range caches {
+		t.Run(tc.name, func(t *testing.T) {
+			w, out := listenerFor(config.OpDeleted)
+			w.onAdd(tc.obj(t, "1"), false)
+			w.onUpdate(tc.obj(t, "1"), tc.obj(t, "2"))
+			w.onDelete(tc.obj(t, "3"))
+			if len(*out) != 1 || (*out)[0].Op != OpDeleted {
+				t.Fatalf("got %+v", *out)
+			}
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package informer
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -10,6 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubewire/kubewire/informer/raw"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/shape"
 )
 
 // watchNamespaces are the namespaces that get a LIST and WATCH of their
@@ -44,20 +49,79 @@ func (w *Watcher) listerWatcher(lw func(ns string, keep func(string) bool) *cach
 	return listThenWatch{w.source.wrap(mergeNamespaces(nss, func(ns string) *cache.ListWatch { return lw(ns, nil) }))}
 }
 
-func (w *Watcher) newInformer() cache.SharedIndexInformer {
-	inf := cache.NewSharedIndexInformerWithOptions(
-		w.listerWatcher(w.unstructuredListWatch, w.opt.Dynamic),
-		&unstructured.Unstructured{},
-		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()},
+// newInformer builds the informer of the configured cache, and the drain
+// source it lists and watches through. The caches differ here (what they
+// list and watch with, the type they hold, the drain sentinel of that type,
+// the transform) and in objectOf, nowhere else.
+func (w *Watcher) newInformer() (cache.SharedIndexInformer, error) {
+	var (
+		lw        func(ns string, keep func(string) bool) *cache.ListWatch
+		client    any
+		example   runtime.Object
+		sentinel  runtime.Object
+		transform cache.TransformFunc
+		err       error
 	)
-	// The transform runs on freshly decoded objects before they are cached,
-	// so stripping managedFields saves the memory, not just the bytes, and
-	// redacted values never sit in the cache at all.
-	if t := w.shape.transformFunc(); t != nil {
-		_ = inf.SetTransform(t)
+	if w.cfg.RawCache() {
+		if lw, err = w.rawListWatch(); err != nil {
+			return nil, err
+		}
+		client, example = w.opt.REST, &raw.Object{}
+		// The raw ListerWatcher cuts managedFields and redacts while it
+		// copies the bytes: no transform.
+		if sentinel, err = raw.New([]byte(`{"metadata":{"name":"`+drainName+`"}}`), raw.BuildOptions{}); err != nil {
+			return nil, fmt.Errorf("drain sentinel: %w", err)
+		}
+	} else {
+		lw, client, example = w.unstructuredListWatch, w.opt.Dynamic, &unstructured.Unstructured{}
+		u := &unstructured.Unstructured{Object: map[string]any{}}
+		u.SetName(drainName)
+		sentinel = u
+		// The transform runs on freshly decoded objects before they are
+		// cached, so stripping managedFields saves the memory, not just the
+		// bytes, and redacted values never sit in the cache at all.
+		transform = w.shape.transformFunc()
+	}
+	// The sentinel is of the informer's own type: the reflector drops an
+	// event of any other type.
+	w.source = newDrainSource(sentinel)
+	inf := cache.NewSharedIndexInformerWithOptions(w.listerWatcher(lw, client), example,
+		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()})
+	if transform != nil {
+		_ = inf.SetTransform(transform)
 	}
 	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
-	return inf
+	return inf, nil
+}
+
+// rawListWatch lists and watches through the raw REST client, building raw
+// Objects from the served bytes.
+func (w *Watcher) rawListWatch() (func(ns string, keep func(string) bool) *cache.ListWatch, error) {
+	if w.opt.REST == nil {
+		return nil, fmt.Errorf("cache %q needs Options.REST", config.CacheRaw)
+	}
+	rules, err := w.cfg.RedactRules()
+	if err != nil {
+		return nil, err
+	}
+	var rewrite func(map[string]any)
+	if len(rules) > 0 {
+		rewrite = func(m map[string]any) { shape.Redact(m, rules) }
+	}
+	return func(ns string, keep func(string) bool) *cache.ListWatch {
+		return raw.NewListWatch(raw.ListWatchOptions{
+			Client:    w.opt.REST,
+			GVR:       w.gvr,
+			Namespace: ns,
+			Tweak: func(o *metav1.ListOptions) {
+				o.LabelSelector = w.cfg.LabelSelector
+				o.FieldSelector = w.cfg.FieldSelector
+			},
+			Keep:              keep,
+			KeepManagedFields: w.cfg.KeepManagedFields,
+			Rewrite:           rewrite,
+		})
+	}, nil
 }
 
 // unstructuredListWatch lists and watches ns ("" for all) through the

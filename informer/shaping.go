@@ -4,8 +4,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/shape"
@@ -25,8 +23,8 @@ type shaper struct {
 	involved string
 	// filterLogged makes a failing filter log once, not once per event.
 	filterLogged atomic.Bool
-	// updates and ignorePaths let the raw path (rawpath.go) pick a byte
-	// comparison over decoding when the update mode allows it.
+	// updates and ignorePaths let keep pick the comparison an Object can
+	// make without decoding when the update mode allows it.
 	updates     string
 	ignorePaths bool
 }
@@ -60,13 +58,29 @@ func newShaper(cfg config.Resource, name string, log *slog.Logger) (*shaper, err
 
 // keep reports whether a change of op is emitted. old is set for updates
 // only. Suppression runs first: it is cheaper than a filter, and "nothing
-// changed" is the better reason to report.
-func (s *shaper) keep(op Op, obj, old *unstructured.Unstructured) bool {
+// changed" is the better reason to report. The comparison is picked by
+// mode so that the object answers what it can without decoding: the
+// generation, or "unchanged but for the resourceVersion" (bytes on the raw
+// cache). Only a filter or ignorePaths needs the content, and then only
+// once per object.
+func (s *shaper) keep(op Op, obj, old Object) bool {
 	if s == nil {
 		return true
 	}
+	var objMap, oldMap map[string]any
 	if op == OpUpdated && s.suppress != nil {
-		if reason, ok := s.suppress.Suppress(old.Object, obj.Object); ok {
+		var reason string
+		var ok bool
+		switch {
+		case s.updates == shape.UpdatesGenerationChanged:
+			reason, ok = shape.ReasonGeneration, old.generation() == obj.generation()
+		case !s.ignorePaths:
+			reason, ok = shape.ReasonUnchanged, obj.unchangedSince(old)
+		default:
+			objMap, oldMap = s.content(obj), s.content(old)
+			reason, ok = s.suppress.Suppress(oldMap, objMap)
+		}
+		if ok {
 			metrics.UpdatesSuppressed.WithLabelValues(s.name, reason).Inc()
 			return false
 		}
@@ -74,11 +88,24 @@ func (s *shaper) keep(op Op, obj, old *unstructured.Unstructured) bool {
 	if s.filter == nil {
 		return true
 	}
-	var prev map[string]any
-	if old != nil {
-		prev = old.Object
+	if objMap == nil {
+		objMap = s.content(obj)
 	}
-	return s.match(op, obj.Object, prev, obj.GetNamespace(), obj.GetName())
+	if old != nil && oldMap == nil {
+		oldMap = s.content(old)
+	}
+	return s.match(op, objMap, oldMap, obj.GetNamespace(), obj.GetName())
+}
+
+// content is o's content for shaping. A raw object that does not decode
+// cannot happen short of a bug (its bytes came through a JSON decoder); it
+// is logged, and the nil map keeps the event, as filters fail open.
+func (s *shaper) content(o Object) map[string]any {
+	m, err := o.content()
+	if err != nil {
+		s.log.Error("raw object does not decode", "err", err)
+	}
+	return m
 }
 
 // match runs the filter on the decoded object (and the old one, for
@@ -101,15 +128,15 @@ func (s *shaper) match(op Op, obj, old map[string]any, namespace, name string) b
 	return match
 }
 
-// key is the partition key of u: its own, or that of the object an Event
+// key is the partition key of o: its own, or that of the object an Event
 // is about.
-func (s *shaper) key(r *Resource, u *unstructured.Unstructured) string {
+func (s *shaper) key(r *Resource, o Object) string {
 	if s != nil && s.involved != "" {
-		if k, ok := shape.InvolvedKey(u.Object, s.involved); ok {
+		if k, ok := shape.ReferenceKey(o.reference(s.involved)); ok {
 			return r.KeyPrefix + "/" + k
 		}
 	}
-	return r.ObjectKey(u.GetNamespace(), u.GetName())
+	return r.ObjectKey(o.GetNamespace(), o.GetName())
 }
 
 // transformFunc is the informer's transform: the shaper's, or for a Watcher

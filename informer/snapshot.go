@@ -6,9 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/metrics"
 )
 
@@ -65,8 +62,8 @@ func (w *Watcher) Snapshot() {
 	// the whole snapshot. An object deleted meanwhile is simply skipped.
 	for _, name := range names {
 		w.emitMu.Lock()
-		if c := w.syncedChange(w.seen[name], now, id); c != nil {
-			w.opt.Out.Enqueue(c)
+		if o, ok := w.seen[name]; ok && w.shape.keep(OpSynced, o, nil) {
+			w.opt.Out.Enqueue(w.change(OpSynced, o, now, id))
 			n++
 		}
 		w.emitMu.Unlock()
@@ -74,21 +71,6 @@ func (w *Watcher) Snapshot() {
 	w.marker(OpSnapshotCompleted, id, n)
 	w.snapshotDone(start, n)
 	w.log.Debug("snapshot enqueued", "snapshot", id, "records", n)
-}
-
-// syncedChange is the snapshot record of obj, or nil if shaping drops it.
-func (w *Watcher) syncedChange(obj any, now time.Time, id string) *Change {
-	switch o := obj.(type) {
-	case *unstructured.Unstructured:
-		if w.shape.keep(OpSynced, o, nil) {
-			return w.change(OpSynced, o, now, id)
-		}
-	case *raw.Object:
-		if w.shape.keepRaw(OpSynced, o, nil) {
-			return w.changeRaw(OpSynced, o, now, id)
-		}
-	}
-	return nil
 }
 
 func (w *Watcher) snapshotDone(start time.Time, records int) {

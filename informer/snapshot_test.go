@@ -19,13 +19,7 @@ func resourceVersions(changes []*Change, key string) (ops []string, rvs []int) {
 		if c.Key != key {
 			continue
 		}
-		var rv string
-		switch {
-		case c.Object != nil:
-			rv = c.Object.GetResourceVersion()
-		case c.Raw != nil:
-			rv = c.Raw.GetResourceVersion()
-		}
+		rv := objectRV(c)
 		n, _ := strconv.Atoi(rv)
 		ops = append(ops, string(c.Op)+"@"+rv)
 		rvs = append(rvs, n)
@@ -76,18 +70,21 @@ func TestASnapshotTakenWhileUpdatesAreQueuedBehindASlowHandlerNeverGoesBackwards
 }
 
 func TestASnapshotListsTheStateTheHandlerLastSawWhateverOperationsAreEmitted(t *testing.T) {
-	w, out := listenerFor(config.OpDeleted)
-	gone := obj("1")
-	gone.SetName("gone")
-	w.onAdd(obj("1"), false)
-	w.onUpdate(obj("1"), obj("2"))
-	w.onAdd(gone, false)
-	w.onDelete(cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: gone})
-	*out = nil
-	w.Snapshot()
-	ops, _ := resourceVersions(*out, "configmaps/ns/cm")
-	if len(*out) != 3 || len(ops) != 1 || ops[0] != "synced@2" {
-		t.Fatalf("got %d changes, %v for the live object; want started, synced@2, completed", len(*out), ops)
+	for _, tc := range caches {
+		t.Run(tc.name, func(t *testing.T) {
+			w, out := listenerFor(config.OpDeleted)
+			gone := tc.named(t, "gone", "1")
+			w.onAdd(tc.obj(t, "1"), false)
+			w.onUpdate(tc.obj(t, "1"), tc.obj(t, "2"))
+			w.onAdd(gone, false)
+			w.onDelete(cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: gone})
+			*out = nil
+			w.Snapshot()
+			ops, _ := resourceVersions(*out, "configmaps/ns/cm")
+			if len(*out) != 3 || len(ops) != 1 || ops[0] != "synced@2" {
+				t.Fatalf("got %d changes, %v for the live object; want started, synced@2, completed", len(*out), ops)
+			}
+		})
 	}
 }
 
@@ -105,31 +102,35 @@ func (o *trackingOutput) SnapshotPending(keyPrefix string) bool {
 }
 
 func TestAPeriodicSnapshotWaitsUntilThePreviousOneIsWrittenToEverySink(t *testing.T) {
-	out := &trackingOutput{pending: true}
-	w := NewWatcher(Options{Cluster: "c", Out: out, Resource: config.Resource{Version: "v1", Resource: "configmaps"}})
-	w.res = NewResource("c", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
-	w.onAdd(obj("1"), false)
-	out.recording = nil
-	deferred := testutil.ToFloat64(metrics.SnapshotsDeferred.WithLabelValues("configmaps"))
+	for _, tc := range caches {
+		t.Run(tc.name, func(t *testing.T) {
+			out := &trackingOutput{pending: true}
+			w := NewWatcher(Options{Cluster: "c", Out: out, Resource: config.Resource{Version: "v1", Resource: "configmaps"}})
+			w.res = NewResource("c", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
+			w.onAdd(tc.obj(t, "1"), false)
+			out.recording = nil
+			deferred := testutil.ToFloat64(metrics.SnapshotsDeferred.WithLabelValues("configmaps"))
 
-	if !w.periodicSnapshot(false) || !w.periodicSnapshot(true) {
-		t.Fatal("a snapshot started while the previous one was pending")
-	}
-	if len(out.recording) != 0 {
-		t.Fatalf("a deferred snapshot enqueued %d changes", len(out.recording))
-	}
-	if got := testutil.ToFloat64(metrics.SnapshotsDeferred.WithLabelValues("configmaps")) - deferred; got != 2 {
-		t.Errorf("kubewire_snapshots_deferred_total moved by %v, want 2", got)
-	}
-	if len(out.asked) == 0 || out.asked[0] != "configmaps" {
-		t.Errorf("asked about %v, want the resource's key prefix", out.asked)
-	}
+			if !w.periodicSnapshot(false) || !w.periodicSnapshot(true) {
+				t.Fatal("a snapshot started while the previous one was pending")
+			}
+			if len(out.recording) != 0 {
+				t.Fatalf("a deferred snapshot enqueued %d changes", len(out.recording))
+			}
+			if got := testutil.ToFloat64(metrics.SnapshotsDeferred.WithLabelValues("configmaps")) - deferred; got != 2 {
+				t.Errorf("kubewire_snapshots_deferred_total moved by %v, want 2", got)
+			}
+			if len(out.asked) == 0 || out.asked[0] != "configmaps" {
+				t.Errorf("asked about %v, want the resource's key prefix", out.asked)
+			}
 
-	out.pending = false
-	if w.periodicSnapshot(true) {
-		t.Fatal("the snapshot was deferred with nothing pending")
-	}
-	if len(out.recording) != 3 || out.recording[0].Op != OpSnapshotStarted || out.recording[2].Op != OpSnapshotCompleted {
-		t.Fatalf("got %d changes, want started, one record, completed", len(out.recording))
+			out.pending = false
+			if w.periodicSnapshot(true) {
+				t.Fatal("the snapshot was deferred with nothing pending")
+			}
+			if len(out.recording) != 3 || out.recording[0].Op != OpSnapshotStarted || out.recording[2].Op != OpSnapshotCompleted {
+				t.Fatalf("got %d changes, want started, one record, completed", len(out.recording))
+			}
+		})
 	}
 }

@@ -168,17 +168,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	w.res.Payload = w.cfg.Payload
 	w.setState(StateSyncing)
-	sentinel, err := w.sentinel()
-	if err != nil {
+	if w.informer, err = w.newInformer(); err != nil {
 		return err
-	}
-	w.source = newDrainSource(sentinel)
-	if w.cfg.RawCache() {
-		if w.informer, err = w.newRawInformer(); err != nil {
-			return err
-		}
-	} else {
-		w.informer = w.newInformer()
 	}
 
 	snap := w.cfg.Emits(config.OpSynced)

@@ -44,7 +44,7 @@ func BenchmarkDispatch(b *testing.B) {
 	items := make([]*sinks.Item, objects)
 	for i := range items {
 		u := k.Cached(benchdata.DefaultSeed, i, 2)
-		items[i] = sinks.NewItem(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: u, Observed: time.Now()})
+		items[i] = sinks.NewItem(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: informer.FromUnstructured(u), Observed: time.Now()})
 		if _, err := items[i].Event(); err != nil {
 			b.Fatal(err)
 		}

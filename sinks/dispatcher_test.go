@@ -32,7 +32,7 @@ func change(op informer.Op, name string, rv int) *informer.Change {
 	u.SetName(name)
 	u.SetUID(types.UID("uid-" + name))
 	u.SetResourceVersion(strconv.Itoa(rv))
-	return &informer.Change{Op: op, Resource: res, Key: res.ObjectKey("ns", name), Object: u, Observed: time.Unix(1, 0)}
+	return &informer.Change{Op: op, Resource: res, Key: res.ObjectKey("ns", name), Object: informer.FromUnstructured(u), Observed: time.Unix(1, 0)}
 }
 
 func marker(op informer.Op, id string, n int) *informer.Change {
@@ -247,7 +247,7 @@ func rawChange(t *testing.T, name string, rv int) *informer.Change {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &informer.Change{Op: informer.OpUpdated, Resource: res, Key: res.ObjectKey("ns", name), Raw: o, Observed: time.Unix(1, 0)}
+	return &informer.Change{Op: informer.OpUpdated, Resource: res, Key: res.ObjectKey("ns", name), Object: informer.FromRaw(o), Observed: time.Unix(1, 0)}
 }
 
 func TestTheByteLimitConflatesLikeTheEventLimitAndTheGaugeReturnsToZero(t *testing.T) {

@@ -15,7 +15,7 @@ type Item struct {
 	Change *informer.Change
 
 	// size is the object's byte size when the item was read back from a
-	// spool, where Change.Raw is gone.
+	// spool, where Change.Object is gone.
 	size int64
 	// conflated is how many earlier changes were folded into it before it
 	// was spooled.

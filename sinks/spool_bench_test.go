@@ -19,7 +19,7 @@ func BenchmarkSpool(b *testing.B) {
 	k := benchdata.ConfigMaps
 	r := informer.NewResource("bench", k.GVR, k.Kind, k.Namespaced)
 	u := k.Cached(benchdata.DefaultSeed, 0, 2)
-	it := sinks.NewItem(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: u, Observed: time.Now()})
+	it := sinks.NewItem(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: informer.FromUnstructured(u), Observed: time.Now()})
 	rec, err := sinks.SpoolRecord(it)
 	if err != nil {
 		b.Fatal(err)

@@ -54,7 +54,7 @@ func eventOf(t *testing.T, o object) *event.Event {
 		u.SetName(o.name)
 		u.SetUID("uid")
 		u.SetResourceVersion("1")
-		c.Key, c.Object = res.ObjectKey(o.namespace, o.name), u
+		c.Key, c.Object = res.ObjectKey(o.namespace, o.name), informer.FromUnstructured(u)
 	}
 	ev, err := encoding.Event(c)
 	if err != nil {

@@ -31,7 +31,7 @@ func configMap(op informer.Op, name string, rv int, data map[string]any) *inform
 	u.SetName(name)
 	u.SetUID(k8stypes.UID("uid-" + name))
 	u.SetResourceVersion(strconv.Itoa(rv))
-	return &informer.Change{Op: op, Resource: configMaps, Key: configMaps.ObjectKey("team-a", name), Object: u, Observed: time.Now()}
+	return &informer.Change{Op: op, Resource: configMaps, Key: configMaps.ObjectKey("team-a", name), Object: informer.FromUnstructured(u), Observed: time.Now()}
 }
 
 func TestTheAutomationsInformerHandlerReactsToConfigMapChangesFromJetStream(t *testing.T) {

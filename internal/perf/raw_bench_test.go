@@ -110,7 +110,7 @@ func BenchmarkRawPathVsJSONValid(b *testing.B) {
 				o := obj.(*raw.Object)
 				c := &informer.Change{
 					Op: informer.OpUpdated, Resource: res, Key: res.ObjectKey(o.GetNamespace(), o.GetName()),
-					Raw: o, OldRaw: prev[i%objects], Observed: time.Now(),
+					Object: informer.FromRaw(o), OldObject: informer.FromRaw(prev[i%objects]), Observed: time.Now(),
 				}
 				prev[i%objects], changes[i%objects] = o, c
 				if evs[i%objects], err = encoding.Event(c); err != nil {

@@ -32,6 +32,13 @@ func EventsResource(group, resource string) (field string, ok bool) {
 // what an Event records.
 func InvolvedKey(obj map[string]any, field string) (string, bool) {
 	ref, _ := obj[field].(map[string]any)
+	return ReferenceKey(ref)
+}
+
+// ReferenceKey is InvolvedKey for the object reference itself (the value of
+// an Event's involvedObject or regarding), for a caller that reads it
+// without decoding the whole Event.
+func ReferenceKey(ref map[string]any) (string, bool) {
 	kind, _ := ref["kind"].(string)
 	name, _ := ref["name"].(string)
 	if kind == "" || name == "" {

@@ -217,6 +217,26 @@ func TestNoOpUpdatesAndUpdatesOnlyUnderIgnoredPathsAreSuppressed(t *testing.T) {
 	}
 }
 
+func TestUnchangedAndGenerationAgreeWithTheSuppressorTheyStandIn(t *testing.T) {
+	old := decode(t, `{"metadata":{"name":"n","resourceVersion":"1","generation":1},"data":{"v":"a"}}`)
+	changed, generation := NewSuppressor(UpdatesChanged, nil), NewSuppressor(UpdatesGenerationChanged, nil)
+	for _, s := range []string{
+		`{"metadata":{"name":"n","resourceVersion":"2","generation":1},"data":{"v":"a"}}`,
+		`{"metadata":{"name":"n","resourceVersion":"2","generation":1},"data":{"v":"a"},"` + PrivateKey + `":{"manager":"m"}}`,
+		`{"metadata":{"name":"n","resourceVersion":"2","generation":1},"data":{"v":"b"}}`,
+		`{"metadata":{"name":"n","resourceVersion":"2","generation":2},"data":{"v":"a"}}`,
+		`{"metadata":{"name":"n","resourceVersion":"2"},"data":{"v":"a"}}`,
+	} {
+		cur := decode(t, s)
+		if _, want := changed.Suppress(old, cur); Unchanged(old, cur) != want {
+			t.Errorf("Unchanged of %s is %v, the suppressor says %v", s, !want, want)
+		}
+		if _, want := generation.Suppress(old, cur); (Generation(old) == Generation(cur)) != want {
+			t.Errorf("the generations of %s compare unlike the suppressor's (%v)", s, want)
+		}
+	}
+}
+
 func TestAMapThatAppearsHoldingOnlyIgnoredPathsIsNoChange(t *testing.T) {
 	s := NewSuppressor(UpdatesChanged, []Path{MustParsePath("metadata.annotations['hb']")})
 	old := decode(t, `{"metadata":{"name":"a"}}`)

@@ -47,11 +47,23 @@ func NewSuppressor(mode string, ignorePaths []Path) *Suppressor {
 	case UpdatesGenerationChanged:
 		return &Suppressor{mode: mode}
 	}
-	s := &Suppressor{mode: UpdatesChanged, base: newTrie(alwaysIgnored)}
+	s := &Suppressor{mode: UpdatesChanged, base: unchangedPaths}
 	if len(ignorePaths) > 0 {
 		s.ignore = newTrie(append(append([]Path(nil), alwaysIgnored...), ignorePaths...))
 	}
 	return s
+}
+
+// unchangedPaths are what an update may change and still be no change at
+// all; built once, read-only after.
+var unchangedPaths = newTrie(alwaysIgnored)
+
+// Unchanged reports whether old and new differ in nothing but what every
+// update mode disregards (the resourceVersion, kubewire's private key): the
+// comparison of updates: changed without ignorePaths, for a caller that
+// picks its comparison by mode, as the raw cache compares bytes instead.
+func Unchanged(old, new map[string]any) bool {
+	return equalExcept(old, new, unchangedPaths)
 }
 
 // Suppress reports whether the update from old to new should not be
@@ -61,7 +73,7 @@ func (s *Suppressor) Suppress(old, new map[string]any) (string, bool) {
 		return "", false
 	}
 	if s.mode == UpdatesGenerationChanged {
-		if generation(old) == generation(new) {
+		if Generation(old) == Generation(new) {
 			return ReasonGeneration, true
 		}
 		return "", false
@@ -83,9 +95,9 @@ func (s *Suppressor) Suppress(old, new map[string]any) (string, bool) {
 	return ReasonIgnored, true
 }
 
-// generation reads metadata.generation; an object without one has 0, so
+// Generation reads metadata.generation; an object without one has 0, so
 // generationChanged suppresses every update of such a resource.
-func generation(obj map[string]any) int64 {
+func Generation(obj map[string]any) int64 {
 	md, _ := obj["metadata"].(map[string]any)
 	switch g := md["generation"].(type) {
 	case int64:

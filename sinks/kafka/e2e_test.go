@@ -54,8 +54,9 @@ func TestE2EAnOversizedEventFallsBackToAReferenceOnRealKafka(t *testing.T) {
 	createTopic(t, b.Addr, widgetTopic(prefix), 1, map[string]string{"max.message.bytes": "4000"})
 	connect(t, s)
 
-	big := sinktest.Change(informer.OpUpdated, "team-a", "big", 2)
-	big.Object.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
+	bigObject := sinktest.Object("team-a", "big", 2)
+	bigObject.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
+	big := sinktest.ChangeOf(informer.OpUpdated, bigObject)
 	before := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference"))
 	write(t, s,
 		sinktest.Change(informer.OpUpdated, "team-a", "small-1", 1),

@@ -147,8 +147,9 @@ func TestARecordTheBrokerRefusesAsTooLargeDoesNotReportTheConnectionDown(t *test
 			s.(sinks.ConnectionNotifier).NotifyConnection(rec.up)
 			connect(t, s)
 
-			big := sinktest.Change(informer.OpUpdated, "team-a", "big", 2)
-			big.Object.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
+			bigObject := sinktest.Object("team-a", "big", 2)
+			bigObject.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
+			big := sinktest.ChangeOf(informer.OpUpdated, bigObject)
 			refused := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference"))
 			write(t, s, big)
 			if testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference")) == refused {

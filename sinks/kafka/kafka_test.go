@@ -195,8 +195,9 @@ func TestAnOversizedEventFallsBackToAReferenceAndThePartitionKeepsFlowing(t *tes
 			}
 			connect(t, s)
 
-			big := sinktest.Change(informer.OpUpdated, "team-a", "big", 2)
-			big.Object.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
+			bigObject := sinktest.Object("team-a", "big", 2)
+			bigObject.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
+			big := sinktest.ChangeOf(informer.OpUpdated, bigObject)
 			before := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference"))
 			write(t, s,
 				sinktest.Change(informer.OpUpdated, "team-a", "small-1", 1),

@@ -43,9 +43,9 @@ func startSmallBroker(t *testing.T) *broker {
 // bigConfigMap is a change of a ConfigMap-like object with size bytes of
 // data.
 func bigConfigMap(rv, size int) *informer.Change {
-	c := sinktest.Change(informer.OpUpdated, "team-a", "big", rv)
-	c.Object.Object["data"] = map[string]any{"blob": strings.Repeat("x", size)}
-	return c
+	u := sinktest.Object("team-a", "big", rv)
+	u.Object["data"] = map[string]any{"blob": strings.Repeat("x", size)}
+	return sinktest.ChangeOf(informer.OpUpdated, u)
 }
 
 // received is one message as a consumer got it.

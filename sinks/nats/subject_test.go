@@ -33,7 +33,7 @@ func tryObjectEvent(group, version, resource, namespace, name string) (*event.Ev
 	u.SetName(name)
 	u.SetUID("uid")
 	u.SetResourceVersion("1")
-	return encoding.Event(&informer.Change{Op: informer.OpAdded, Resource: res, Key: res.ObjectKey(namespace, name), Object: u, Observed: time.Unix(1, 0)})
+	return encoding.Event(&informer.Change{Op: informer.OpAdded, Resource: res, Key: res.ObjectKey(namespace, name), Object: informer.FromUnstructured(u), Observed: time.Unix(1, 0)})
 }
 
 func TestSubjectsEscapeEveryTokenAndUseFixedTokensForMissingValues(t *testing.T) {

@@ -17,7 +17,7 @@ func BenchEvent(tb testing.TB, k benchdata.Kind) *event.Event {
 	tb.Helper()
 	r := informer.NewResource("bench", k.GVR, k.Kind, k.Namespaced)
 	u := k.Cached(benchdata.DefaultSeed, 0, 2)
-	ev, err := encoding.Event(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: u, Observed: time.Now()})
+	ev, err := encoding.Event(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: informer.FromUnstructured(u), Observed: time.Now()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -68,8 +68,9 @@ func oversize(t *testing.T, h Harness) {
 	s, read, ctx := connected(t, h)
 	defer s.Close(context.Background())
 	before := Change(informer.OpUpdated, "team-0", "big", 1)
-	big := Change(informer.OpUpdated, "team-0", "big", 2)
-	big.Object.Object["data"] = map[string]any{"blob": strings.Repeat("x", h.OversizeBytes)}
+	bigObject := Object("team-0", "big", 2)
+	bigObject.Object["data"] = map[string]any{"blob": strings.Repeat("x", h.OversizeBytes)}
+	big := ChangeOf(informer.OpUpdated, bigObject)
 	after := Change(informer.OpUpdated, "team-0", "big", 3)
 	sent := []*event.Event{mustEvent(t, before), mustEvent(t, big), mustEvent(t, after)}
 	err := writeSettled(ctx, t, s, sent)

@@ -33,9 +33,9 @@ func Latency(b *testing.B, s sinks.Sink, rate int, d time.Duration) {
 	n := rate * int(d/time.Second)
 	items := make([]*sinks.Item, n)
 	for i := range items {
-		c := Change(informer.OpUpdated, nsOf(i), "obj-"+strconv.Itoa(i), i+1)
-		c.Object.Object["spec"].(map[string]any)["filler"] = filler
-		items[i] = sinks.NewItem(c)
+		u := Object(nsOf(i), "obj-"+strconv.Itoa(i), i+1)
+		u.Object["spec"].(map[string]any)["filler"] = filler
+		items[i] = sinks.NewItem(ChangeOf(informer.OpUpdated, u))
 		// Build the CloudEvent now: the measurement is of delivery, not of
 		// encoding (which has benchmarks of its own).
 		if _, err := items[i].Event(); err != nil {

@@ -406,6 +406,18 @@ var ClusterResource = informer.NewResource("conformance", schema.GroupVersionRes
 // data holds values that need care in any binding (quotes, percent, spaces,
 // non-ASCII), as labels and annotations may.
 func Change(op informer.Op, namespace, name string, rv int) *informer.Change {
+	return ChangeOf(op, Object(namespace, name, rv))
+}
+
+// ChangeOf is the change of a namespaced object that a test built with
+// Object and then altered (made too large for its broker, say).
+func ChangeOf(op informer.Op, u *unstructured.Unstructured) *informer.Change {
+	return &informer.Change{Op: op, Resource: Resource, Key: Resource.ObjectKey(u.GetNamespace(), u.GetName()),
+		Object: informer.FromUnstructured(u), Observed: observed}
+}
+
+// Object is the object of Change.
+func Object(namespace, name string, rv int) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion("demo.kubewire.io/v1")
 	u.SetKind("Widget")
@@ -415,7 +427,7 @@ func Change(op informer.Op, namespace, name string, rv int) *informer.Change {
 	u.SetResourceVersion(strconv.Itoa(rv))
 	u.SetAnnotations(map[string]string{"note": `50% "quoted" ünïcødé ✓ 😀`})
 	u.Object["spec"] = map[string]any{"size": int64(rv), "text": "line one\nline two"}
-	return &informer.Change{Op: op, Resource: Resource, Key: Resource.ObjectKey(namespace, name), Object: u, Observed: observed}
+	return u
 }
 
 // ClusterChange builds a change of a cluster-scoped object.
@@ -426,5 +438,5 @@ func ClusterChange(op informer.Op, name string, rv int) *informer.Change {
 	u.SetName(name)
 	u.SetUID(k8stypes.UID("uid-" + name))
 	u.SetResourceVersion(strconv.Itoa(rv))
-	return &informer.Change{Op: op, Resource: ClusterResource, Key: ClusterResource.ObjectKey("", name), Object: u, Observed: observed}
+	return &informer.Change{Op: op, Resource: ClusterResource, Key: ClusterResource.ObjectKey("", name), Object: informer.FromUnstructured(u), Observed: observed}
 }
