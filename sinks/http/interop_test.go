@@ -92,12 +92,7 @@ func TestSDKGoReadsWhatTheSinkSendsInEveryContentMode(t *testing.T) {
 				}
 			}
 			// What a receiver picks the mode from.
-			var posts []request
-			for _, r := range rcv.Requests() {
-				if r.Path == path && r.Method == "POST" {
-					posts = append(posts, r)
-				}
-			}
+			posts := rcv.Posts(path)
 			want := map[string]string{config.ContentModeBinary: "application/json",
 				config.ContentModeStructured: httpsink.ContentTypeStructured, httpsink.ContentModeBatched: httpsink.ContentTypeBatch}[mode]
 			if ct := posts[0].Header.Get("Content-Type"); ct != want {
@@ -124,12 +119,7 @@ func TestBinaryModePercentEncodesHeaderValuesAsTheBindingRequires(t *testing.T) 
 	if err := s.Write(ctx, []*event.Event{ev}); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
-	var h map[string][]string
-	for _, r := range rcv.Requests() {
-		if r.Path == path && r.Method == "POST" {
-			h = r.Header
-		}
-	}
+	h := rcv.Posts(path)[0].Header
 	for name, want := range map[string]string{
 		"Ce-Subject":   "team%20a/%22%C3%BCn%C3%AF%22%20100%25",
 		"Ce-Changedby": "kubectl%20edit",
