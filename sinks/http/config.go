@@ -290,7 +290,7 @@ func (c *Config) validateHeaders(hp *field.Path) field.ErrorList {
 		}
 		canon := strings.ToLower(k)
 		if prev, dup := seen[canon]; dup {
-			errs = append(errs, field.Duplicate(kp, fmt.Sprintf("%s (header names are case-insensitive; %q is set too)", k, prev)))
+			errs = append(errs, field.Invalid(kp, k, fmt.Sprintf("repeats %q: header names are case-insensitive, so a request could carry only one", prev)))
 			continue
 		}
 		seen[canon] = k

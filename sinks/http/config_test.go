@@ -218,7 +218,7 @@ func TestBadHTTPConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 		{
 			name: "The same header twice in different case is a duplicate.",
 			yaml: withBlock("      headers: {X-Team: a, x-team: b}\n"),
-			want: []string{"sinks[0].http.headers[x-team]: Duplicate value", "case-insensitive"},
+			want: []string{`sinks[0].http.headers[x-team]: Invalid value: "x-team": repeats "X-Team"`, "case-insensitive"},
 		},
 		{
 			name: "A header value with a line break is refused without echoing it.",
