@@ -25,6 +25,7 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/version"
 	"github.com/kubewire/kubewire/sinks"
+	httpsink "github.com/kubewire/kubewire/sinks/http"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	natssink "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/stdout"
@@ -33,7 +34,7 @@ import (
 // DefaultRegistry returns every sink type kubewire ships. Adding a sink
 // type is adding its package's Spec here.
 func DefaultRegistry() sinks.Registry {
-	return sinks.NewRegistry(stdout.Spec, natssink.Spec, kafka.Spec)
+	return sinks.NewRegistry(stdout.Spec, natssink.Spec, kafka.Spec, httpsink.Spec)
 }
 
 // Options are what Run needs besides the config.

@@ -1,0 +1,175 @@
+package httpsink
+
+import (
+	"fmt"
+	nethttp "net/http"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
+
+	"github.com/kubewire/kubewire/encoding"
+)
+
+// The CloudEvents HTTP protocol binding, built directly: sdk-go's
+// binding.Write boxes every attribute, copies the extensions map on each
+// lookup and allocates every header name, which is most of the cost of a
+// request on loopback. TestSDKGoReadsWhatTheSinkSends holds what we build
+// to what sdk-go's own receiver decodes.
+
+// headerPrefix starts every attribute header in binary mode. HTTP header
+// names are case-insensitive; we write them lowercase, as the binding's
+// examples do and as HTTP/2 sends every name, and net/http on the receiving
+// side canonicalises them (Ce-Id) before sdk-go or anyone else looks.
+const headerPrefix = "ce-"
+
+// Media types of the structured and batched modes. Receivers (sdk-go's
+// included) pick the mode from the Content-Type, so neither carries
+// parameters.
+const (
+	ContentTypeStructured = "application/cloudevents+json"
+	ContentTypeBatch      = "application/cloudevents-batch+json"
+)
+
+// Header names of the spec's attributes in binary mode. datacontenttype has
+// none: the binding carries it in Content-Type.
+const (
+	headerSpecVersion = headerPrefix + "specversion"
+	headerID          = headerPrefix + "id"
+	headerSource      = headerPrefix + "source"
+	headerType        = headerPrefix + "type"
+	headerSubject     = headerPrefix + "subject"
+	headerTime        = headerPrefix + "time"
+	headerDataSchema  = headerPrefix + "dataschema"
+	headerContentType = "Content-Type"
+)
+
+// extensionHeaders names the extensions' headers, once for the process.
+var extensionHeaders = encoding.NewHeaderNames(headerPrefix)
+
+// Values shared read-only by every request's header; net/http never
+// modifies a request's header.
+var (
+	specVersionValue = []string{event.CloudEventsVersionV1}
+	jsonContentType  = []string{event.ApplicationJSON}
+	structuredValue  = []string{ContentTypeStructured}
+	batchValue       = []string{ContentTypeBatch}
+)
+
+// encodeHeaderValue percent-encodes an attribute's canonical string as the
+// HTTP binding (3.1.3.2) requires: space, double quote, percent and every
+// byte outside printable ASCII (U+0021..U+007E) become %XY, byte by byte of
+// the UTF-8 encoding. Other characters are kept, so ordinary values stay as
+// they are and receivers that do not decode (sdk-go's) read them unchanged.
+// No control character survives, so net/http never refuses the header.
+func encodeHeaderValue(s string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if mustEscape(s[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if mustEscape(c) {
+			b = append(b, '%', hex[c>>4], hex[c&0xf])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func mustEscape(c byte) bool { return c == ' ' || c == '"' || c == '%' || c < 0x21 || c > 0x7e }
+
+// binaryHeader maps ev's context to binary-mode headers: one ce- header per
+// attribute and extension, and datacontenttype as Content-Type. extra is
+// how many more headers the caller adds, so that the map is sized once.
+//
+// It reads a 1.0 context's fields and extensions map directly
+// (ev.Extensions() copies the map on every call), and every value slice
+// shares one backing array. Any other context is converted to 1.0 first.
+func binaryHeader(ev *event.Event, extra int) (nethttp.Header, error) {
+	c, ok := ev.Context.(*event.EventContextV1)
+	if !ok {
+		c = ev.Context.AsV1()
+	}
+	n := 6 + len(c.Extensions)
+	h := make(nethttp.Header, n+extra)
+	vals := make([]string, 0, n)
+	set := func(name, v string) {
+		vals = append(vals, encodeHeaderValue(v))
+		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	h[headerSpecVersion] = specVersionValue
+	set(headerID, c.ID)
+	set(headerSource, c.Source.String())
+	set(headerType, c.Type)
+	if c.Subject != nil && *c.Subject != "" {
+		set(headerSubject, *c.Subject)
+	}
+	if c.Time != nil && !c.Time.IsZero() {
+		set(headerTime, types.FormatTime(c.Time.Time))
+	}
+	if c.DataSchema != nil {
+		if v := c.DataSchema.String(); v != "" {
+			set(headerDataSchema, v)
+		}
+	}
+	if c.DataContentType != nil && *c.DataContentType != "" {
+		ct := *c.DataContentType
+		switch {
+		case ct == event.ApplicationJSON:
+			h[headerContentType] = jsonContentType
+		case checkHeaderValue(ct) != "":
+			return nil, fmt.Errorf("datacontenttype %q cannot be a Content-Type header", ct)
+		default:
+			vals = append(vals, ct)
+			h[headerContentType] = vals[len(vals)-1 : len(vals) : len(vals)]
+		}
+	}
+	for name, v := range c.Extensions {
+		s, isString := v.(string)
+		if !isString {
+			var err error
+			if s, err = types.Format(v); err != nil {
+				return nil, fmt.Errorf("extension %q: %w", name, err)
+			}
+		}
+		set(extensionHeaders.Extension(name), s)
+	}
+	return h, nil
+}
+
+// structuredBody is ev in the JSON event format. It calls the event's
+// MarshalJSON itself: json.Marshal would validate and compact its output
+// once more, byte by byte, which takes longer than writing it (the data is
+// JSON already and is copied as it is).
+func structuredBody(ev *event.Event) ([]byte, error) {
+	b, err := ev.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("marshal structured event: %w", err)
+	}
+	return b, nil
+}
+
+// batchBody joins structured events into a JSON batch: an array of them.
+func batchBody(events [][]byte) []byte {
+	n := 2
+	for _, e := range events {
+		n += len(e) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, e := range events {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	}
+	return append(b, ']')
+}
