@@ -50,7 +50,7 @@ func refusal(t *testing.T, h Harness) {
 	}
 
 	s, read = h.New(t)
-	d := sinks.NewDispatcher("sinktest-refusal", s, dispatchOptions(t))
+	d := sinks.NewDispatcher("sinktest-refusal", checked(t, s), dispatchOptions(t))
 	d.Start()
 	next := &informer.Change{Op: informer.OpSnapshotCompleted, Resource: Resource, Key: Resource.KeyPrefix,
 		SnapshotID: "snap-after", Observed: observed}
@@ -100,28 +100,57 @@ func oversize(t *testing.T, h Harness) {
 // permanent.
 const settleTime = 15 * time.Second
 
-// writeSettled writes evs until the adapter gives its answer for them:
-// success or a permanent error. A topic or stream just created can fail a
-// write for a moment (a partition whose leader is not elected yet), which
-// the dispatcher retries; only a failure that lasts settleTime counts as
-// the answer.
+// writeSettled writes evs until the adapter gives its answer for each of
+// them: acknowledged or refused for good. A topic or stream just created
+// can fail a write for a moment (a partition whose leader is not elected
+// yet), which the dispatcher retries; so, as the dispatcher does, it
+// writes again the events that failed transiently, and only them, and
+// only a failure that lasts settleTime counts as the answer. It returns
+// what it learned of each event as a Write would: nil if every event was
+// acknowledged, else a BatchError over evs.
 func writeSettled(ctx context.Context, t *testing.T, s sinks.Sink, evs []*event.Event) error {
 	t.Helper()
 	deadline := time.Now().Add(settleTime)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	outcome := make([]error, len(evs))
+	pending := make([]int, len(evs))
+	for i := range pending {
+		pending[i] = i
+	}
+	batch := make([]*event.Event, 0, len(evs))
 	for {
-		err := s.Write(ctx, evs)
-		if err == nil || errors.Is(err, sinks.ErrPermanent) || time.Now().After(deadline) {
-			return err
+		batch = batch[:0]
+		for _, i := range pending {
+			batch = append(batch, evs[i])
 		}
-		t.Logf("Write failed for now, retrying as the dispatcher would: %.200v", err)
+		err := s.Write(ctx, batch)
+		checkOutcome(t, batch, err)
+		var failed []int
+		for j, i := range pending {
+			outcome[i] = sinks.ItemError(err, j)
+			if outcome[i] != nil && !errors.Is(outcome[i], sinks.ErrPermanent) {
+				failed = append(failed, i)
+			}
+		}
+		pending = failed
+		if len(pending) == 0 || time.Now().After(deadline) {
+			break
+		}
+		t.Logf("%d events failed for now, writing them again as the dispatcher would: %.200v", len(pending), err)
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return err
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
+	be := sinks.NewBatchError(len(evs))
+	for i, err := range outcome {
+		be.Failed(i, err)
+	}
+	return be.ErrorOrNil()
 }
 
 func writeAfterClose(t *testing.T, h Harness) {

@@ -2,6 +2,7 @@ package sinktest
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"slices"
@@ -86,19 +87,24 @@ func (t *timedSink) mark(id string) {
 }
 
 func (t *timedSink) Write(ctx context.Context, evs []*event.Event) error {
-	if err := t.Sink.Write(ctx, evs); err != nil {
+	err := t.Sink.Write(ctx, evs)
+	var be *sinks.BatchError
+	if err != nil && (!errors.As(err, &be) || be.Len() != len(evs)) {
 		return err
 	}
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, ev := range evs {
+	for i, ev := range evs {
+		if be != nil && be.Err(i) != nil {
+			continue
+		}
 		if at, ok := t.enqueued[ev.ID()]; ok {
 			t.lat = append(t.lat, now.Sub(at))
 			delete(t.enqueued, ev.ID())
 		}
 	}
-	return nil
+	return err
 }
 
 func (t *timedSink) latencies() []time.Duration {
