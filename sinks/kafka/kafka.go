@@ -27,7 +27,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -72,12 +71,6 @@ type Sink struct {
 	// may produce idempotently; the first partition to need one takes it.
 	spare producer
 
-	ackedMu sync.Mutex
-	acked   map[ackKey]struct{}
-	// nAcked is len(acked), so that Writes skip the lock while nothing has
-	// failed.
-	nAcked atomic.Int64
-
 	// link is the connection state reported to the dispatcher (health.go);
 	// watching says the probe runs, every probeEvery (probeInterval, but
 	// shorter in tests).
@@ -111,7 +104,6 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		idempotent: *c.Idempotent,
 		topics:     map[string]*topic{},
 		sources:    map[string]string{},
-		acked:      map[ackKey]struct{}{},
 		probeEvery: probeInterval,
 	}
 	s.link.start = time.Now()
