@@ -34,8 +34,9 @@ func hugeMarker(size int) *informer.Change {
 		SnapshotID: strings.Repeat("s", size), Observed: observed}
 }
 
-// refusal writes an event no broker can take, directly and then through a
-// dispatcher followed by one it can take on the same key.
+// refusal writes an event no broker can take, alone, then between two
+// events it can take, and then through a dispatcher followed by one it can
+// take on the same key.
 func refusal(t *testing.T, h Harness) {
 	s, read, ctx := connected(t, h)
 	huge := mustEvent(t, hugeMarker(h.OversizeBytes))
@@ -44,6 +45,28 @@ func refusal(t *testing.T, h Harness) {
 		s.Close(context.Background())
 		t.Fatalf("Write of an event the broker can never take = %.300v; want an error wrapping sinks.ErrPermanent, "+
 			"or the dispatcher retries it forever and every later event of its key waits behind it", err)
+	}
+	// Between two events the broker takes, the refusal names the refused
+	// event alone: the others are acknowledged, not refused with it and not
+	// left for a rewrite one at a time.
+	around := []*event.Event{
+		mustEvent(t, Change(informer.OpUpdated, "team-0", "next-to-refused", 1)),
+		huge,
+		mustEvent(t, Change(informer.OpUpdated, "team-0", "next-to-refused", 2)),
+	}
+	err = writeSettled(ctx, t, s, around)
+	if e := sinks.ItemError(err, 1); !errors.Is(e, sinks.ErrPermanent) {
+		t.Errorf("the event the broker can never take, written between two others, failed with %.300v; want sinks.ErrPermanent", e)
+	}
+	for _, i := range []int{0, 2} {
+		if e := sinks.ItemError(err, i); e != nil {
+			t.Errorf("event %s, written next to one the broker refuses, failed with %.300v; want it acknowledged "+
+				"(a refusal must name its event, in a sinks.BatchError)", around[i].ID(), e)
+		}
+	}
+	if !t.Failed() {
+		got := waitForAll(ctx, t, read, []*event.Event{around[0], around[2]}, h.Timeout)
+		checkKeyOrder(t, []*event.Event{around[0], around[2]}, got)
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Errorf("Close: %v", err)
@@ -76,6 +99,15 @@ func oversize(t *testing.T, h Harness) {
 	switch {
 	case errors.Is(err, sinks.ErrPermanent):
 		t.Logf("the adapter refused the oversized event permanently: %.300v", err)
+		// The events around it are not refused with it.
+		for _, i := range []int{0, 2} {
+			if e := sinks.ItemError(err, i); e != nil {
+				t.Fatalf("event %s, next to the oversized one, failed with %.300v; want it acknowledged "+
+					"(a refusal must name its event, in a sinks.BatchError)", sent[i].ID(), e)
+			}
+		}
+		neighbours := []*event.Event{sent[0], sent[2]}
+		checkKeyOrder(t, neighbours, waitForAll(ctx, t, read, neighbours, h.Timeout))
 		return
 	case err != nil:
 		t.Fatalf("Write with an oversized event = %.300v; want success (with a reference event in its place) "+
