@@ -96,6 +96,11 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]
 	}
 }
 
+// errOutcomeCount stands for a BatchError that does not cover the events
+// of its Write: a broken adapter, whose failures are all taken as
+// transient.
+var errOutcomeCount = errors.New("sink reported the outcome of a different number of events than it was given")
+
 // outcome counts what one failed Write did acknowledge.
 type outcome struct{ acked int }
 
@@ -116,9 +121,8 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*event.Event, err 
 	if errors.As(err, &be) && be.Len() != len(events) {
 		l.log.Error("sink reported the outcome of a different number of events than it was given; retrying them all",
 			"events", len(events), "outcomes", be.Len(), "err", err)
-		be = nil
 		// Without the per-event outcome nothing is known to be refused.
-		err = errors.New("sink reported the outcome of a different number of events")
+		be, err = nil, errOutcomeCount
 	}
 	ending := d.work.Err() != nil
 	now := time.Now()
