@@ -276,3 +276,36 @@ func TestARecordRefusedInABatchMarksItsSnapshotIncompleteAndTheOthersArrive(t *t
 		t.Errorf("delivered %s, want %s", strings.Join(got, ","), want)
 	}
 }
+
+// miscounting breaks the contract another way: its first Write returns a
+// BatchError over fewer events than it was given.
+type miscounting struct {
+	memsink.Sink
+	once atomic.Bool
+}
+
+func (m *miscounting) Write(ctx context.Context, evs []*event.Event) error {
+	if m.once.CompareAndSwap(false, true) {
+		return sinks.NewBatchError(1).Failed(0, sinks.Permanent(errors.New("refused")))
+	}
+	return m.Sink.Write(ctx, evs)
+}
+
+// A BatchError that does not cover its Write says nothing reliable of any
+// event: nothing is dropped on its word, and everything is written again.
+func TestABatchErrorOverTheWrongNumberOfEventsDropsNothingAndIsWrittenAgain(t *testing.T) {
+	m := &miscounting{}
+	refused := map[string]string{"sink": "miscounting", "reason": "refused"}
+	before := metrics.Sum("kubewire_events_failed_total", refused)
+	d := started(sinks.NewDispatcher("miscounting", m, oneBatch()),
+		change(informer.OpAdded, "a", 1), change(informer.OpAdded, "b", 1), change(informer.OpAdded, "c", 1))
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	if got, want := idsOf(m.Events()), "a@1,b@1,c@1"; got != want {
+		t.Errorf("acknowledged %s, want %s", got, want)
+	}
+	if got := metrics.Sum("kubewire_events_failed_total", refused) - before; got != 0 {
+		t.Errorf("kubewire_events_failed_total{reason=refused} moved by %v, want 0", got)
+	}
+}
