@@ -14,13 +14,15 @@ import (
 	"github.com/kubewire/kubewire/internal/metrics"
 )
 
-// deliver writes batch until the sink acknowledges it or the work context
-// ends. It gives up on nothing except events that cannot be encoded and
-// events the sink refuses permanently; both are logged and counted.
+// deliver writes batch until the sink has acknowledged each of its events
+// or refused it for good, or the work context ends. It gives up on nothing
+// except events that cannot be encoded and events the sink refuses
+// permanently; both are logged and counted. After a failure it writes again
+// only the events that failed, in their order.
 //
-// It returns the events and how many entries of batch it kept: batch is
-// compacted in place to those, so a caller that is cancelled can queue them
-// again.
+// It returns the events and how many entries of batch are still
+// undelivered: batch is compacted in place to those, so a caller that is
+// cancelled can queue them again.
 func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]*event.Event, int) {
 	// batch is compacted in place to the entries that encoded, so that
 	// batch[i] is the entry of events[i].
@@ -64,24 +66,20 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]
 			for _, e := range batch {
 				d.published(e.item.Change, now)
 			}
-			return events, len(batch)
+			return events, 0
+		}
+		var o outcome
+		batch, events, o = d.settle(l, batch, events, err)
+		if len(batch) == 0 {
+			// The broker answered every event: whatever it refused, the
+			// resource's writes are not failing.
+			if o.acked > 0 {
+				d.setHealthy(true)
+			}
+			l.blocked(false)
+			return events, 0
 		}
 		if d.work.Err() != nil {
-			return events, len(batch)
-		}
-		if errors.Is(err, ErrPermanent) {
-			// The broker answered: whatever it refused, the resource's
-			// writes are not failing as a whole.
-			l.blocked(false)
-			if len(events) > 1 {
-				// Find the culprit: write one at a time, in order, so only
-				// the refused events are dropped.
-				for i, ev := range events {
-					d.deliver1(l, ev, batch[i].item.Change)
-				}
-				return events, len(batch)
-			}
-			d.refused(events[0], batch[0].item.Change, err)
 			return events, len(batch)
 		}
 		d.setHealthy(false)
@@ -90,7 +88,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]
 		if attempt == 1 || attempt%10 == 0 {
 			// The resource is named: a missing topic or stream fails only
 			// its own lane, and the log should say which.
-			l.log.Warn("sink write failed; retrying", "attempt", attempt, "events", len(events), "err", err)
+			l.log.Warn("sink write failed; retrying", "attempt", attempt, "events", len(batch), "acknowledged", o.acked, "err", err)
 		}
 		if !b.wait(d.work) {
 			return events, len(batch)
@@ -98,30 +96,72 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]
 	}
 }
 
-func (d *Dispatcher) deliver1(l *lane, ev *event.Event, c *informer.Change) {
-	one := [1]*event.Event{ev}
-	b := d.newBackoff()
-	for attempt := 1; ; attempt++ {
-		err := d.sink.Write(d.work, one[:])
-		switch {
-		case err == nil:
-			d.setHealthy(true)
-			l.blocked(false)
-			d.published(c, time.Now())
-			return
-		case d.work.Err() != nil:
-			return
-		case errors.Is(err, ErrPermanent):
-			l.blocked(false)
-			d.refused(ev, c, err)
-			return
-		}
-		d.setHealthy(false)
-		metrics.WriteRetries.WithLabelValues(d.name).Inc()
-		if !b.wait(d.work) {
-			return
-		}
+// errOutcomeCount stands for a BatchError that does not cover the events
+// of its Write: a broken adapter, whose failures are all taken as
+// transient.
+var errOutcomeCount = errors.New("sink reported the outcome of a different number of events than it was given")
+
+// outcome counts what one failed Write did acknowledge.
+type outcome struct{ acked int }
+
+// settle applies what a Write that returned err says of each event:
+// acknowledged events are counted as published, events refused for good
+// are dropped and counted, and batch and events are compacted in place to
+// the rest, which failed transiently. While the work context is ending, a
+// refusal is not trusted (the Write may have failed because of the end)
+// and its event is kept for the next start.
+//
+// An adapter that acknowledges an event of a key after an earlier event of
+// the key failed transiently breaks the Write contract: the later event
+// has overtaken the earlier one at the broker. It is kept too, to be
+// written again after the earlier one, so that the key ends at its newest
+// change.
+func (d *Dispatcher) settle(l *lane, batch []*entry, events []*event.Event, err error) ([]*entry, []*event.Event, outcome) {
+	var be *BatchError
+	if errors.As(err, &be) && be.Len() != len(events) {
+		l.log.Error("sink reported the outcome of a different number of events than it was given; retrying them all",
+			"events", len(events), "outcomes", be.Len(), "err", err)
+		// Without the per-event outcome nothing is known to be refused.
+		be, err = nil, errOutcomeCount
 	}
+	ending := d.work.Err() != nil
+	now := time.Now()
+	var o outcome
+	var failedKeys map[string]struct{} // keys with an event that failed transiently
+	n := 0
+	for i := range batch {
+		e, ev := batch[i], events[i]
+		ierr := err
+		if be != nil {
+			ierr = be.Err(i)
+		}
+		if ierr == nil {
+			if _, overtook := failedKeys[e.key]; !overtook {
+				d.published(e.item.Change, now)
+				o.acked++
+				continue
+			}
+			l.log.Error("sink acknowledged an event after an earlier event of its key failed; writing it again after that one",
+				"id", ev.ID(), "partitionkey", e.key)
+			ierr = ErrNotSent
+		}
+		permanent := errors.Is(ierr, ErrPermanent)
+		if permanent && !ending {
+			d.refused(ev, e.item.Change, ierr)
+			continue
+		}
+		if !permanent {
+			if failedKeys == nil {
+				failedKeys = map[string]struct{}{}
+			}
+			failedKeys[e.key] = struct{}{}
+		}
+		batch[n], events[n] = e, ev
+		n++
+	}
+	clear(batch[n:])
+	clear(events[n:])
+	return batch[:n], events[:n], o
 }
 
 func (d *Dispatcher) refused(ev *event.Event, c *informer.Change, err error) {

@@ -22,13 +22,34 @@ import (
 // Connect is called once before the first Write. It may fail; the dispatcher
 // retries it with backoff.
 //
-// Write publishes events in the order given and returns nil only once the
-// broker has acknowledged every one of them. Events with the same
-// partitionkey extension must reach the broker in slice order. On a non-nil
-// error the dispatcher sends the whole slice again (the ids are stable, so a
-// consumer can drop what was already delivered), unless the error wraps
-// ErrPermanent. Write is called concurrently from several shards, and must
-// not keep the slice after it returns: the dispatcher reuses it.
+// Write publishes events in the order given and reports, for each of them,
+// whether the broker acknowledged it:
+//   - nil: the broker acknowledged every event.
+//   - a *BatchError (errors.As finds it): each event it names failed, for
+//     its own reason; every other event was acknowledged.
+//   - any other error: no event was acknowledged, and the error is the
+//     reason of each of them.
+//
+// A reason that wraps ErrPermanent refuses that event for good: the
+// dispatcher logs it, counts it and drops it. Any other reason is
+// transient: the dispatcher writes the failed events again, and only them,
+// in their order, after a backoff. The ids are stable, so a consumer can
+// drop a repeat of an event that reached the broker although it was
+// reported failed.
+//
+// Events with the same partitionkey extension must reach the broker in
+// slice order, and a failure must not let a key's later event overtake its
+// earlier one: once an event fails transiently, every later event of its
+// key in the slice must be reported failed too (ErrNotSent, if the adapter
+// held it back). An event refused for good does not hold back its key. The
+// dispatcher checks this, and writes an event acknowledged against it again
+// after the one it overtook, so that the key ends at its newest change. A
+// snapshot marker comes alone in its Write, once everything before it in
+// its resource was acknowledged or refused, so an adapter need not order a
+// marker against other keys.
+//
+// Write is called concurrently from several shards, and must not keep the
+// slice after it returns: the dispatcher reuses it.
 //
 // Close flushes and releases the connection. It is called once, after the
 // last Write has returned.

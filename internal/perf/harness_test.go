@@ -2,6 +2,7 @@ package perf
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -60,8 +61,21 @@ func newAcker(s sinks.Sink) *acker {
 }
 
 func (a *acker) Write(ctx context.Context, evs []*event.Event) error {
-	if err := a.Sink.Write(ctx, evs); err != nil {
-		return err
+	err := a.Sink.Write(ctx, evs)
+	if err != nil {
+		// Count what the sink acknowledged of a Write that partly failed:
+		// the dispatcher does not write it again.
+		var be *sinks.BatchError
+		if !errors.As(err, &be) || be.Len() != len(evs) {
+			return err
+		}
+		var ok []*event.Event
+		for i, ev := range evs {
+			if be.Err(i) == nil {
+				ok = append(ok, ev)
+			}
+		}
+		evs = ok
 	}
 	at := time.Now()
 	n := 0
@@ -81,7 +95,7 @@ func (a *acker) Write(ctx context.Context, evs []*event.Event) error {
 			a.doneOnce.Do(func() { close(a.done) })
 		}
 	}
-	return nil
+	return err
 }
 
 // expect arms done to close after n live updates in total.

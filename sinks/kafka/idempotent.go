@@ -298,10 +298,11 @@ func (p *partition) resend() error {
 }
 
 // skipResolved counts as sent the records at the head of each unit that a
-// resent batch already got acknowledged. The dispatcher resends a failed
-// Write whole, and the records acknowledged before the failed request are
-// not sent again (Sink.acked), so a retried unit starts with the records of
-// the batch that was in doubt.
+// resent batch already got acknowledged. Their Write had failed them while
+// the batch was in doubt, so the dispatcher writes their events again, and
+// only the events that failed: a retried unit starts with the records of
+// the batch that was in doubt. Without this the broker would append them a
+// second time, once from the resend and once from the retry.
 func (p *partition) skipResolved(batch []*unit) {
 	if len(p.resolved) == 0 {
 		return

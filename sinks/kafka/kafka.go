@@ -28,7 +28,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -78,12 +77,6 @@ type Sink struct {
 	// may produce idempotently; the first partition to need one takes it.
 	spare producer
 
-	ackedMu sync.Mutex
-	acked   map[ackKey]struct{}
-	// nAcked is len(acked), so that Writes skip the lock while nothing has
-	// failed.
-	nAcked atomic.Int64
-
 	// link is the connection state reported to the dispatcher (health.go);
 	// watching says the probe runs, every probeEvery (probeInterval, but
 	// shorter in tests).
@@ -114,7 +107,6 @@ func New(name string, cfg *Config, deps sinks.Deps) (sinks.Sink, error) {
 		idempotent: *c.Idempotent,
 		topics:     map[string]*topic{},
 		sources:    map[string]string{},
-		acked:      map[ackKey]struct{}{},
 		probeEvery: probeInterval,
 	}
 	s.link.start = time.Now()

@@ -178,8 +178,8 @@ func (p *partition) drain(err error) {
 // request whose answer is lost was appended after all and cannot be resent
 // unchanged, the Write's retry then repeats at most one event of each
 // object. A unit whose records all went out succeeds even if a later
-// request failed, and each unit says how much of it went out (see
-// Sink.remember).
+// request failed, and each unit says how much of it went out: Write
+// acknowledges the events of that prefix and fails the rest.
 func (p *partition) send(batch []*unit) {
 	b := p.s.cfg.Batch
 	type item struct {

@@ -32,9 +32,12 @@ type record struct {
 	time       time.Time
 	kind       string
 	ev         *event.Event // nil for a tombstone
-	// src is the event the record stands for (a tombstone's is its delete),
-	// and with the partition and kind it names the record in Sink.acked.
+	// src is the event the record stands for (a tombstone's is its
+	// delete); with the kind it names the record in partition.resolved.
 	src *event.Event
+	// idx is the index of src in the Write's events, whose outcome the
+	// record's decides.
+	idx int
 	// object is the partition key as a string, for an event's record.
 	object string
 }
@@ -60,56 +63,6 @@ func (s *Sink) newRecord(ev *event.Event) (record, error) {
 	return record{key: m.Key, value: m.Value, headers: m.Headers, time: ev.Time(), kind: kind, ev: ev, src: ev, object: object}, nil
 }
 
-// ackKey names one record of one event in one partition.
-type ackKey struct {
-	ev   *event.Event
-	p    *partition
-	kind string
-}
-
-// Records acknowledged by a Write that failed as a whole are remembered
-// until the dispatcher's retry of that Write succeeds, and the retry does
-// not send them again. A retry then starts at the first record whose fate
-// is unknown, so a repeated event directly follows its first copy in its
-// object's sequence, instead of the whole Write appearing twice
-// (v1 v2 v1 v2). The dispatcher retries the same events, so the event
-// pointers identify them.
-func (s *Sink) isAcked(k ackKey) bool {
-	if s.nAcked.Load() == 0 {
-		return false
-	}
-	s.ackedMu.Lock()
-	defer s.ackedMu.Unlock()
-	_, ok := s.acked[k]
-	return ok
-}
-
-// remember records what a failed Write got acknowledged.
-func (s *Sink) remember(keys []ackKey) {
-	if len(keys) == 0 {
-		return
-	}
-	s.ackedMu.Lock()
-	defer s.ackedMu.Unlock()
-	for _, k := range keys {
-		s.acked[k] = struct{}{}
-	}
-	s.nAcked.Store(int64(len(s.acked)))
-}
-
-// forget drops what a Write that has now succeeded had remembered.
-func (s *Sink) forget(keys []ackKey) {
-	if len(keys) == 0 {
-		return
-	}
-	s.ackedMu.Lock()
-	defer s.ackedMu.Unlock()
-	for _, k := range keys {
-		delete(s.acked, k)
-	}
-	s.nAcked.Store(int64(len(s.acked)))
-}
-
 func isMarker(ev *event.Event) bool {
 	t := ev.Type()
 	return t == encoding.TypeSnapshotStarted || t == encoding.TypeSnapshotCompleted
@@ -121,11 +74,17 @@ type group struct {
 	records []record
 }
 
-// Write produces events in order and returns once Kafka acknowledged all of
-// them. An object's event goes to its key's partition, followed by a
-// tombstone if it is a delete and tombstones are on; a snapshot marker goes
-// to every partition of its topic, so a consumer of any one partition sees
-// the snapshot's frame.
+// Write produces events in order and reports each one's outcome (a
+// sinks.BatchError names the failed ones). An object's event goes to its
+// key's partition, followed by a tombstone if it is a delete and
+// tombstones are on; a snapshot marker goes to every partition of its
+// topic, so a consumer of any one partition sees the snapshot's frame. An
+// event is acknowledged once every record of it is.
+//
+// Per-key order: all events of a key go to one partition, whose loop sends
+// them in order and stops at the first failure; every record after it
+// fails with it. An event whose topic cannot be looked up fails with every
+// later event of that topic, hence of its key.
 func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 	s.mu.Lock()
 	closed := s.closed || s.client == nil
@@ -133,14 +92,10 @@ func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 	if closed {
 		return fmt.Errorf("kafka: write before Connect or after Close: %w", ErrClosed)
 	}
+	o := outcomes{n: len(events)}
 	var groups []*group
-	var done []ackKey // what this Write had acknowledged before
 	index := map[*partition]*group{}
 	add := func(p *partition, r record) {
-		if k := (ackKey{r.src, p, r.kind}); s.isAcked(k) {
-			done = append(done, k)
-			return
-		}
 		g := index[p]
 		if g == nil {
 			g = &group{p: p}
@@ -149,19 +104,35 @@ func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 		}
 		g.records = append(g.records, r)
 	}
-	for _, ev := range events {
+	// topicErr keeps a topic that could not be looked up failing for the
+	// rest of this Write: its later events must not overtake the failed
+	// ones, and one lookup per event would only repeat the failure.
+	var topicErr map[string]error
+	for i, ev := range events {
 		name, err := s.topicFor(ev)
 		if err != nil {
-			return sinks.Permanent(err)
+			o.fail(i, sinks.Permanent(err))
+			continue
+		}
+		if err := topicErr[name]; err != nil {
+			o.fail(i, err)
+			continue
 		}
 		t, err := s.partitions(ctx, name)
 		if err != nil {
-			return err
+			if topicErr == nil {
+				topicErr = map[string]error{}
+			}
+			topicErr[name] = err
+			o.fail(i, err)
+			continue
 		}
 		r, err := s.newRecord(ev)
 		if err != nil {
-			return sinks.Permanent(err)
+			o.fail(i, sinks.Permanent(err))
+			continue
 		}
+		r.idx = i
 		if r.kind == kindMarker {
 			for _, p := range t.parts {
 				add(p, r)
@@ -171,101 +142,121 @@ func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 		p := t.parts[s.balancer.Balance(kafkago.Message{Key: r.key}, t.ids...)]
 		add(p, r)
 		if s.tombstones && ev.Type() == encoding.TypeDeleted {
-			add(p, record{key: r.key, time: r.time, kind: kindTombstone, src: ev})
+			add(p, record{key: r.key, time: r.time, kind: kindTombstone, src: ev, idx: i})
 		}
 	}
-	if acked, err := s.send(ctx, groups); err != nil {
-		s.remember(acked)
-		return err
-	}
-	s.forget(done)
-	return nil
+	s.send(ctx, groups, &o)
+	return o.be.ErrorOrNil()
 }
 
-// send hands every group to its partition's loop and waits for all of them.
-// A group the broker refused as too large is sent again record by record, so
-// that only the oversized events fall back to a reference payload. It
-// returns what the broker acknowledged, which matters only if it fails.
-func (s *Sink) send(ctx context.Context, groups []*group) ([]ackKey, error) {
+// outcomes gathers the failures of one Write's events.
+type outcomes struct {
+	n  int
+	be *sinks.BatchError
+}
+
+// fail records that the event at index i failed. An event with records in
+// several partitions (a marker) may fail in more than one; a transient
+// failure is kept over a refusal, since the event is written again anyway.
+func (o *outcomes) fail(i int, err error) {
+	if o.be == nil {
+		o.be = sinks.NewBatchError(o.n)
+	}
+	if prev := o.be.Err(i); prev != nil && !errors.Is(prev, sinks.ErrPermanent) {
+		return
+	}
+	o.be.Failed(i, err)
+}
+
+// failFrom fails the events of g's records from the first-th on: records
+// that failed, or were never sent because one before them did.
+func (o *outcomes) failFrom(g *group, first int, err error) {
+	for _, r := range g.records[first:] {
+		o.fail(r.idx, err)
+	}
+}
+
+// send hands every group to its partition's loop, waits for all of them,
+// and records in o the events of what was not acknowledged. A group the
+// broker refused as too large is sent again record by record, so that only
+// the oversized events fall back to a reference payload.
+func (s *Sink) send(ctx context.Context, groups []*group, o *outcomes) {
 	units := make([]*unit, len(groups))
 	for i, g := range groups {
 		units[i] = newUnit(g.records)
 		g.p.submit(units[i])
 	}
-	var errs []error
-	var acked []ackKey
 	var tooLarge []int
 	for i, u := range units {
-		err := u.wait(ctx)
 		// sent is the unit's acknowledged prefix, set before its outcome
 		// was reported (0 if it was withdrawn).
-		for _, r := range groups[i].records[:u.sent] {
-			acked = append(acked, ackKey{r.src, groups[i].p, r.kind})
-		}
-		switch {
+		switch err := u.wait(ctx); {
 		case err == nil:
 		case errors.Is(err, sinks.ErrTooLarge):
 			tooLarge = append(tooLarge, i)
 		default:
-			errs = append(errs, err)
+			o.failFrom(groups[i], u.sent, err)
 		}
-	}
-	if len(errs) > 0 {
-		return acked, errors.Join(errs...)
 	}
 	for _, i := range tooLarge {
-		if err := s.sendOneByOne(ctx, groups[i], units[i].sent, &acked); err != nil {
-			errs = append(errs, err)
-		}
+		s.sendOneByOne(ctx, groups[i], units[i].sent, o)
 	}
-	return acked, errors.Join(errs...)
 }
 
 // sendOneByOne sends g's records after the first skip (which went out
-// already) one request each, in order, adding each acknowledged one to
-// acked. An event that is too large on its own is replaced by its reference
-// event; if even that is refused, the rest of the group is not sent and the
-// error is permanent, so the dispatcher drops only that event and sends the
-// rest again.
-func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, acked *[]ackKey) error {
-	for _, r := range g.records[skip:] {
+// already) one request each, in order. An event that is too large on its
+// own is replaced by its reference event; if even that is refused, the
+// event is refused for good, alone: its tombstone is not sent, and the
+// records after it are. A transient failure stops the group: that record
+// and every later one fail.
+func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, o *outcomes) {
+	refused := -1 // the event whose records are no longer sent
+	for j := skip; j < len(g.records); j++ {
+		r := g.records[j]
+		if r.idx == refused {
+			continue
+		}
 		u := newUnit([]record{r})
 		g.p.submit(u)
 		err := u.wait(ctx)
-		if err == nil || !errors.Is(err, sinks.ErrTooLarge) || r.ev == nil {
-			if err != nil {
-				return err
-			}
-			*acked = append(*acked, ackKey{r.src, g.p, r.kind})
+		if err == nil {
 			continue
 		}
+		if !errors.Is(err, sinks.ErrTooLarge) || r.ev == nil {
+			o.failFrom(g, j, err)
+			return
+		}
 		ref, rerr := encoding.ReferenceEvent(r.ev)
-		if rerr != nil {
-			return sinks.Permanent(rerr)
+		var rr record
+		if rerr == nil {
+			rr, rerr = s.newRecord(ref)
 		}
-		rr, rerr := s.newRecord(ref)
 		if rerr != nil {
-			return sinks.Permanent(rerr)
+			o.fail(r.idx, sinks.Permanent(fmt.Errorf("kafka: event %s: %w, and %w", r.ev.ID(), err, rerr)))
+			refused = r.idx
+			continue
 		}
-		rr.src = r.src
+		rr.src, rr.idx = r.src, r.idx
 		u = newUnit([]record{rr})
 		g.p.submit(u)
 		rerr = u.wait(ctx)
 		switch {
 		case rerr == nil:
-			*acked = append(*acked, ackKey{r.src, g.p, r.kind})
 			metrics.KafkaOversized.WithLabelValues(s.name, "reference").Inc()
 			s.log.Warn("event too large for Kafka; sent a reference to the object instead",
 				"id", r.ev.ID(), "partitionkey", string(r.key), "topic", g.p.topic, "bytes", r.size(), "err", err)
 		case errors.Is(rerr, sinks.ErrTooLarge):
 			metrics.KafkaOversized.WithLabelValues(s.name, "dropped").Inc()
-			return sinks.Permanent(fmt.Errorf("kafka: event %s is too large for topic %s even as a reference (%d bytes): %w",
-				r.ev.ID(), g.p.topic, rr.size(), rerr))
+			o.fail(r.idx, sinks.Permanent(fmt.Errorf("kafka: event %s is too large for topic %s even as a reference (%d bytes): %w",
+				r.ev.ID(), g.p.topic, rr.size(), rerr)))
+			refused = r.idx
 		default:
-			return rerr
+			// The reference stands in this record's place in the group.
+			o.fail(r.idx, rerr)
+			o.failFrom(g, j+1, rerr)
+			return
 		}
 	}
-	return nil
 }
 
 // isTooLarge recognises kafka-go's refusals of a record or a request as too

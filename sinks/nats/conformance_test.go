@@ -41,6 +41,37 @@ func jetStreamHarness(b *broker, contentMode string, restart bool) sinktest.Harn
 	if restart {
 		h.Restart = b.Restart
 	}
+	// The test makes the stream, and it captures the widgets' subjects
+	// only: the nodes' publishes find no stream until heal widens it.
+	h.Partial = func(t *testing.T) (sinks.Sink, sinktest.Reader, func(*testing.T)) {
+		n := strconv.FormatInt(seq.Add(1), 10)
+		cfg := b.sinkConfig(kwnats.ModeJetStream)
+		cfg.ContentMode = contentMode
+		cfg.Subject = "js" + n + ".{cluster}.{group}.{version}.{resource}.{namespace}.{name}"
+		cfg.PublishTimeout = config.NewDuration(time.Second)
+		cfg.JetStream = &kwnats.JetStream{MaxPending: 64}
+		stream := "PARTIAL_" + n
+		nc := b.connect(t)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		sc := jetstream.StreamConfig{Name: stream, Subjects: []string{"js" + n + ".*.*.*.widgets.>"}}
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+		heal := func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sc.Subjects = []string{"js" + n + ".>"}
+			if _, err := js.UpdateStream(ctx, sc); err != nil {
+				t.Fatalf("widen stream %s: %v", stream, err)
+			}
+		}
+		return newSink(t, "partial-"+n, cfg), func(ctx context.Context, t *testing.T) []*event.Event { return readStream(ctx, t, nc, stream) }, heal
+	}
 	return h
 }
 

@@ -3,7 +3,6 @@ package nats
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -119,52 +118,67 @@ func openKV(ctx context.Context, js jetstream.JetStream, kv *KV, timeout time.Du
 // kvWindowKey names an open snapshot of one resource.
 type kvWindowKey struct{ resource, snapshotID string }
 
-// writeKV brings the bucket up to date with a batch the stream has taken,
-// in the batch's order: a put for every object event, a delete marker for
-// every delete. A snapshot.started marker notes the bucket's last revision
-// (everything of its resource before the marker is in the bucket by then,
-// markers being barriers of their resource); a complete snapshot.completed
-// deletes the keys of its resource whose revision is not newer.
+// writeKV brings the bucket up to date with the events of a batch the
+// stream has taken, in the batch's order: a put for every object event, a
+// delete marker for every delete. A snapshot.started marker notes the
+// bucket's last revision (everything of its resource before the marker is
+// in the bucket by then, markers being barriers of their resource); a
+// complete snapshot.completed deletes the keys of its resource whose
+// revision is not newer.
 //
-// It returns nil only when the server has taken every write. A failure is
-// retried by the dispatcher with the whole batch, stream publishes included
-// (deduplicated by Nats-Msg-Id); the puts are repeated, which is harmless:
-// they write the same values in the same order.
-func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, events []*event.Event) error {
+// An event whose bucket write fails fails in o, and so does every later
+// event of its key (holdBack): the bucket's writes are many in flight at
+// once, so a later put of a key may have landed before an earlier one
+// failed, and the dispatcher writes it again after that one, so that the
+// key ends at its newest value. Its stream message is deduplicated by
+// Nats-Msg-Id. A completed marker prunes nothing if anything before it in
+// the batch failed: the key of a failed put would look stale.
+func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, events []*event.Event, o *outcomes) {
 	prefix := "$KV." + s.cfg.JetStream.KV.Bucket + "."
 	var msgs []*natsgo.Msg
-	flush := func() error {
-		err := s.publishAll(ctx, js, msgs)
-		msgs = msgs[:0]
-		return err
+	var owner []int // the event of each of msgs
+	flush := func() {
+		for j, err := range s.publishAll(ctx, js, msgs) {
+			if err != nil {
+				o.fail(owner[j], err)
+			}
+		}
+		msgs, owner = msgs[:0], owner[:0]
 	}
-	for _, ev := range events {
+	for i, ev := range events {
+		if o.failed(i) {
+			continue // the stream did not take it
+		}
 		key, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
 		switch ev.Type() {
 		case encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeSynced:
 			m, err := s.kvPut(prefix+KVKey(key), ev)
 			if err != nil {
-				return err
+				o.fail(i, err)
+				continue
 			}
-			msgs = append(msgs, m)
+			msgs, owner = append(msgs, m), append(owner, i)
 		case encoding.TypeDeleted:
 			m := natsgo.NewMsg(prefix + KVKey(key))
 			m.Header.Set(kvHeaderOp, kvOpDelete)
-			msgs = append(msgs, m)
+			msgs, owner = append(msgs, m), append(owner, i)
 		case encoding.TypeSnapshotStarted, encoding.TypeSnapshotCompleted:
-			if err := flush(); err != nil {
-				return err
-			}
+			flush()
 			sid, _ := ev.Extensions()[encoding.ExtSnapshotID].(string)
 			wk := kvWindowKey{key, sid}
 			if ev.Type() == encoding.TypeSnapshotStarted {
 				last, err := kvLastRevision(ctx, kv)
 				if err != nil {
-					return err
+					o.fail(i, err)
+					continue
 				}
 				s.kvMu.Lock()
 				s.kvWindows[wk] = last
 				s.kvMu.Unlock()
+				continue
+			}
+			if o.failedBefore(i) {
+				o.fail(i, fmt.Errorf("nats: snapshot %s of %s: an event before it failed, so nothing is pruned yet: %w", sid, key, sinks.ErrNotSent))
 				continue
 			}
 			s.kvMu.Lock()
@@ -172,7 +186,8 @@ func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream
 			s.kvMu.Unlock()
 			if _, incomplete := ev.Extensions()[encoding.ExtIncomplete]; ok && !incomplete {
 				if err := s.kvPrune(ctx, js, kv, prefix, key, start); err != nil {
-					return err
+					o.fail(i, err)
+					continue
 				}
 			}
 			s.kvMu.Lock()
@@ -180,7 +195,8 @@ func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream
 			s.kvMu.Unlock()
 		}
 	}
-	return flush()
+	flush()
+	o.holdBack(events)
 }
 
 // kvPut is the put of ev's structured JSON at subject. An event larger than
@@ -251,57 +267,72 @@ func (s *Sink) kvPrune(ctx context.Context, js jetstream.JetStream, kv jetstream
 			stale = append(stale, m)
 		}
 	}
-	return s.publishAll(ctx, js, stale)
+	for _, err := range s.publishAll(ctx, js, stale) {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // publishAll publishes msgs in order within the sink's window of pending
-// acknowledgements, and returns nil once every one has its PubAck.
-func (s *Sink) publishAll(ctx context.Context, js jetstream.JetStream, msgs []*natsgo.Msg) error {
+// acknowledgements, and returns nil once every one has its PubAck, else
+// each message's failure (nil where acknowledged). After the first failure
+// nothing new is published.
+func (s *Sink) publishAll(ctx context.Context, js jetstream.JetStream, msgs []*natsgo.Msg) []error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	results := make(chan result, len(msgs))
-	inFlight, acked := 0, 0
-	var failures []error
+	errs := make([]error, len(msgs))
+	acked := make([]bool, len(msgs))
+	inFlight, failures := 0, 0
 	stallAfter := 2 * s.cfg.PublishTimeout.Duration
 	stall := time.NewTimer(stallAfter)
 	defer stall.Stop()
-	take := func(r result) {
-		inFlight--
-		stall.Reset(stallAfter)
-		if r.err != nil {
-			failures = append(failures, fmt.Errorf("%s: %w", msgs[r.index].Subject, tooLarge(r.err)))
-			return
+	failed := func(j int, err error) {
+		errs[j] = fmt.Errorf("nats: key-value write to %s: %w", msgs[j].Subject, err)
+		failures++
+	}
+	// rest fails every message neither acknowledged nor failed yet.
+	rest := func(err error) []error {
+		for j := range msgs {
+			if !acked[j] && errs[j] == nil {
+				failed(j, err)
+			}
 		}
-		acked++
+		return errs
 	}
 	next := 0
-	for next < len(msgs) && len(failures) == 0 || inFlight > 0 {
+	for next < len(msgs) && failures == 0 || inFlight > 0 {
 		var admit chan struct{}
-		if next < len(msgs) && len(failures) == 0 {
+		if next < len(msgs) && failures == 0 {
 			admit = s.window
 		}
 		select {
 		case admit <- struct{}{}:
 			if err := s.publishAsync(js, msgs[next], results, next); err != nil {
-				failures = append(failures, fmt.Errorf("%s: %w", msgs[next].Subject, err))
+				failed(next, err)
 			} else {
 				inFlight++
 			}
 			next++
 		case r := <-results:
-			take(r)
+			inFlight--
+			stall.Reset(stallAfter)
+			if r.err != nil {
+				failed(r.index, tooLarge(r.err))
+			} else {
+				acked[r.index] = true
+			}
 		case <-ctx.Done():
-			return fmt.Errorf("nats: %d of %d key-value writes acknowledged: %w", acked, len(msgs), ctx.Err())
+			return rest(fmt.Errorf("no PubAck yet: %w", ctx.Err()))
 		case <-stall.C:
-			return fmt.Errorf("nats: %d of %d key-value writes acknowledged, no progress for %s", acked, len(msgs), stallAfter)
+			return rest(fmt.Errorf("no PubAck yet, and no progress for %s", stallAfter))
 		}
 	}
-	if len(failures) == 0 {
+	if failures == 0 {
 		return nil
 	}
-	if len(failures) > 3 {
-		failures = append(failures[:3:3], fmt.Errorf("and %d more", len(failures)-3))
-	}
-	return fmt.Errorf("nats: %d of %d key-value writes not acknowledged: %w", len(msgs)-acked, len(msgs), errors.Join(failures...))
+	return rest(fmt.Errorf("a write before it failed: %w", sinks.ErrNotSent))
 }

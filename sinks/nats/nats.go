@@ -396,37 +396,103 @@ func (s *Sink) tlsOption() (natsgo.Option, error) {
 	return natsgo.Secure(tc), nil
 }
 
-// Write publishes events in order and returns nil once the server has taken
-// every one: a PubAck in JetStream mode, a completed flush in core mode. With
-// jetstream.kv, the batch is then written to the bucket too (writeKV), and
-// Write returns nil only once both have taken it.
+// Write publishes events in order and reports each one's outcome (a
+// sinks.BatchError names the failed ones): an event is acknowledged once
+// the server has taken it, with a PubAck in JetStream mode, by a completed
+// flush in core mode. With jetstream.kv, the events the stream took are
+// then written to the bucket too (writeKV), and an event is acknowledged
+// only once both have taken it.
 func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
+	o := outcomes{n: len(events)}
 	msgs := make([]*natsgo.Msg, len(events))
 	for i, ev := range events {
 		m, err := s.message(ev)
 		if err != nil {
 			// Retrying cannot change how an event encodes.
-			return sinks.Permanent(fmt.Errorf("nats: event %s: %w", ev.ID(), err))
+			o.fail(i, sinks.Permanent(fmt.Errorf("nats: event %s: %w", ev.ID(), err)))
+			continue
 		}
 		msgs[i] = m
 	}
 	nc, js, err := s.conn(ctx)
 	if err != nil {
-		return err
+		if o.be == nil {
+			return err
+		}
+		o.failRest(0, err)
+		return o.be
 	}
 	if js == nil {
-		return s.writeCore(ctx, nc, events, msgs)
+		s.writeCore(ctx, nc, events, msgs, &o)
+		return o.be.ErrorOrNil()
 	}
-	if err := s.writeJetStream(ctx, js, events, msgs); err != nil {
-		return err
+	s.writeJetStream(ctx, js, events, msgs, &o)
+	if s.cfg.JetStream.KV != nil {
+		s.mu.Lock()
+		kv := s.kv
+		s.mu.Unlock()
+		s.writeKV(ctx, js, kv, events, &o)
 	}
-	if s.cfg.JetStream.KV == nil {
-		return nil
+	return o.be.ErrorOrNil()
+}
+
+// outcomes gathers the failures of one Write's events.
+type outcomes struct {
+	n  int
+	be *sinks.BatchError
+}
+
+func (o *outcomes) fail(i int, err error) {
+	if o.be == nil {
+		o.be = sinks.NewBatchError(o.n)
 	}
-	s.mu.Lock()
-	kv := s.kv
-	s.mu.Unlock()
-	return s.writeKV(ctx, js, kv, events)
+	o.be.Failed(i, err)
+}
+
+func (o *outcomes) failed(i int) bool { return o.be != nil && o.be.Err(i) != nil }
+
+// failedBefore reports whether an event before the i-th failed.
+func (o *outcomes) failedBefore(i int) bool {
+	for j := range i {
+		if o.failed(j) {
+			return true
+		}
+	}
+	return false
+}
+
+// failRest fails, with err, every event from the first-th on that has not
+// failed already.
+func (o *outcomes) failRest(first int, err error) {
+	for i := first; i < o.n; i++ {
+		if !o.failed(i) {
+			o.fail(i, err)
+		}
+	}
+}
+
+// holdBack fails every acknowledged event that follows, in events, an
+// event of its key that failed transiently: it may have overtaken that
+// event (in the bucket, whose writes are not ordered per key), so it is
+// written again after it.
+func (o *outcomes) holdBack(events []*event.Event) {
+	if o.be == nil {
+		return
+	}
+	var failedKeys map[string]bool
+	for i, ev := range events {
+		k, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+		err := o.be.Err(i)
+		switch {
+		case err == nil && failedKeys[k]:
+			o.fail(i, fmt.Errorf("nats: event %s follows a failed event of its key: %w", ev.ID(), sinks.ErrNotSent))
+		case err != nil && !errors.Is(err, sinks.ErrPermanent):
+			if failedKeys == nil {
+				failedKeys = map[string]bool{}
+			}
+			failedKeys[k] = true
+		}
+	}
 }
 
 func (s *Sink) message(ev *event.Event) (*natsgo.Msg, error) {
@@ -455,18 +521,25 @@ func (s *Sink) message(ev *event.Event) (*natsgo.Msg, error) {
 // them silently). That is at most once, and this mode is for automation that
 // prefers latency to completeness. What the client can see — a closed
 // connection, a full reconnect buffer, a flush that does not complete — is
-// returned, so the dispatcher retries it (possibly repeating messages that
+// reported, so the dispatcher retries it (possibly repeating messages that
 // sat in the reconnect buffer; they keep their ids). A message larger than
 // the server's max_payload is sent as its reference event instead; only a
-// reference that is too large as well fails, permanently.
-func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.Event, msgs []*natsgo.Msg) error {
+// reference that is too large as well is refused, permanently and alone.
+// A publish that fails otherwise is the connection's failure: it fails
+// every event not refused, since those before it may sit in the reconnect
+// buffer with no flush that could confirm them.
+func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.Event, msgs []*natsgo.Msg, o *outcomes) {
 	for i, m := range msgs {
+		if m == nil {
+			continue // refused already
+		}
 		err := tooLarge(nc.PublishMsg(m))
 		if errors.Is(err, sinks.ErrTooLarge) {
 			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
 			ref, rerr := s.referenceMessage(events[i])
 			if rerr != nil {
-				return sinks.Permanent(fmt.Errorf("nats: publish event %s to %q: %w, and %w", events[i].ID(), m.Subject, err, rerr))
+				o.fail(i, sinks.Permanent(fmt.Errorf("nats: publish event %s to %q: %w, and %w", events[i].ID(), m.Subject, err, rerr)))
+				continue
 			}
 			if err = tooLarge(nc.PublishMsg(ref)); err == nil {
 				s.sentReference(events[i], m)
@@ -482,51 +555,59 @@ func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.E
 			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
 			err = fmt.Errorf("nats: publish event %s to %q: %w", events[i].ID(), m.Subject, err)
 			if errors.Is(err, sinks.ErrTooLarge) {
-				return sinks.Permanent(err)
+				o.fail(i, sinks.Permanent(err))
+				continue
 			}
-			return err
+			o.fail(i, err)
+			o.failRest(0, fmt.Errorf("nats: not confirmed, since publishing event %s failed: %w", events[i].ID(), err))
+			return
 		}
 	}
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout.Duration)
 	defer cancel()
 	if err := nc.FlushWithContext(fctx); err != nil {
 		metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
-		return fmt.Errorf("nats: flush %d messages: %w", len(msgs), err)
+		o.failRest(0, fmt.Errorf("nats: flush %d messages: %w", len(msgs), err))
 	}
-	return nil
 }
 
 // writeJetStream publishes a batch with asynchronous JetStream publishes and
-// returns nil only when every message has its PubAck.
+// records in o each event that has no PubAck.
 //
 // Order. The stream stores messages in the order it receives them, and one
 // connection delivers them in the order they were published. Many keys are
 // in flight at once (that is the throughput), but each key has at most one
 // message in flight: a key's next event is published only after the
 // previous one's PubAck. So if an event fails, no later event of its key has
-// been sent, and when the dispatcher resends the whole batch in order the
-// key's events reach the stream in order again. Events that were already
-// stored are resent with the same Nats-Msg-Id and the server drops them
-// within the stream's duplicate window. Were two events of a key in flight
-// together, the first could fail while the second is stored, and the retry
-// would store the first after the second.
+// been sent; they are reported failed with it (sinks.ErrNotSent), and when
+// the dispatcher writes them again in order the key's events reach the
+// stream in order again. Were two events of a key in flight together, the
+// first could fail while the second is stored, and the retry would store
+// the first after the second.
 //
-// After the first failure nothing new is published; what is in flight is
-// awaited (each resolves by ack, error, disconnect or the publish timeout),
-// and the error is returned for the dispatcher to retry the batch.
+// A failure of one message (no stream captures its subject, a permission,
+// an API error) holds back its key only. A failure that is the
+// connection's (a timeout, a disconnect, a full buffer, anything unknown)
+// stops the Write: nothing new is published, what is in flight is awaited
+// (each resolves by ack, error, disconnect or the publish timeout), and
+// every event not acknowledged is reported failed.
 //
 // Too large. A message refused as too large (by the client, against the
 // server's max_payload, or by the stream, against its max_msg_size) is not a
 // failure: its reference event takes its place, published next with the
 // same Nats-Msg-Id. Nothing newer of its key was sent meanwhile, so the
-// key's order holds. Only a reference that is refused too is a failure, and
-// a permanent one.
-func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, events []*event.Event, msgs []*natsgo.Msg) error {
+// key's order holds. Only a reference that is refused too is a failure, a
+// permanent one of that event alone: the key goes on.
+func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, events []*event.Event, msgs []*natsgo.Msg, o *outcomes) {
 	// Each key's messages, in order; keys in order of first appearance.
 	var keys []string
 	queue := map[string][]int{}
-	for i, ev := range events {
-		k, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+	keyOf := func(i int) string { k, _ := events[i].Extensions()[encoding.ExtPartitionKey].(string); return k }
+	for i := range events {
+		if msgs[i] == nil {
+			continue // refused already
+		}
+		k := keyOf(i)
 		if _, ok := queue[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -537,16 +618,21 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 		ready = append(ready, queue[k][0])
 		queue[k] = queue[k][1:]
 	}
-	keyOf := func(i int) string { k, _ := events[i].Extensions()[encoding.ExtPartitionKey].(string); return k }
+	next := func(k string) {
+		if q := queue[k]; len(q) > 0 {
+			ready = append(ready, q[0])
+			queue[k] = q[1:]
+		}
+	}
 
 	// Buffered for every message, so the ack callbacks never block even
 	// after this Write has returned. An event has at most one message
 	// outstanding (its reference is published only after the full event's
 	// result was taken), so one slot per event is enough.
 	results := make(chan result, len(msgs))
-	inFlight, acked := 0, 0
-	var failures []error
-	permanent := true
+	inFlight := 0
+	acked := make([]bool, len(msgs))
+	var stopped error // the connection's failure that stopped the Write
 	// full holds the refused full message of an event whose reference
 	// replaced it in msgs.
 	full := map[int]*natsgo.Msg{}
@@ -563,14 +649,25 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 			}
 			err = fmt.Errorf("%w, and %w", err, rerr) // still too large: permanent
 		}
-		if !errors.Is(err, sinks.ErrTooLarge) {
-			permanent = false
-		}
 		if _, ok := full[i]; ok && errors.Is(err, sinks.ErrTooLarge) {
 			metrics.NATSOversized.WithLabelValues(s.name, "dropped").Inc()
 			err = fmt.Errorf("even as a reference (%d bytes): %w", msgSize(msgs[i]), err)
 		}
-		failures = append(failures, fmt.Errorf("event %s to %q: %w", events[i].ID(), msgs[i].Subject, err))
+		ferr := fmt.Errorf("nats: event %s to %q: %w", events[i].ID(), msgs[i].Subject, err)
+		k := keyOf(i)
+		if errors.Is(err, sinks.ErrTooLarge) {
+			o.fail(i, sinks.Permanent(ferr))
+			next(k)
+			return
+		}
+		o.fail(i, ferr)
+		for _, j := range queue[k] {
+			o.fail(j, fmt.Errorf("nats: event %s follows a failed event of its key: %w", events[j].ID(), sinks.ErrNotSent))
+		}
+		delete(queue, k)
+		if stopped == nil && stopsWrite(err) {
+			stopped = ferr
+		}
 	}
 	handle := func(r result) {
 		inFlight--
@@ -578,16 +675,21 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 			fail(r.index, r.err)
 			return
 		}
-		acked++
+		acked[r.index] = true
 		if m, ok := full[r.index]; ok {
 			s.sentReference(events[r.index], m)
 		}
 		if r.ack.Duplicate {
 			metrics.NATSDuplicates.WithLabelValues(s.name).Inc()
 		}
-		if k := keyOf(r.index); len(queue[k]) > 0 && len(failures) == 0 {
-			ready = append(ready, queue[k][0])
-			queue[k] = queue[k][1:]
+		next(keyOf(r.index))
+	}
+	// unresolved fails every event neither acknowledged nor failed yet.
+	unresolved := func(err error) {
+		for i := range events {
+			if !acked[i] && !o.failed(i) {
+				o.fail(i, err)
+			}
 		}
 	}
 
@@ -596,56 +698,45 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 	// twice that without any progress means something is wrong.
 	stall := time.NewTimer(2 * s.cfg.PublishTimeout.Duration)
 	defer stall.Stop()
-	progress := func() {
-		stall.Reset(2 * s.cfg.PublishTimeout.Duration)
-	}
-
-	for acked < len(msgs) && (inFlight > 0 || (len(ready) > 0 && len(failures) == 0)) {
-		if len(ready) > 0 && len(failures) == 0 {
-			select {
-			case s.window <- struct{}{}:
-				i := ready[0]
-				ready = ready[1:]
-				if err := s.publishAsync(js, msgs[i], results, i); err != nil {
-					fail(i, err)
-					continue
-				}
-				inFlight++
-				continue
-			case r := <-results:
-				handle(r)
-				progress()
-				continue
-			case <-ctx.Done():
-				return fmt.Errorf("nats: %d of %d events acknowledged: %w", acked, len(msgs), ctx.Err())
-			case <-stall.C:
-				return fmt.Errorf("nats: %d of %d events acknowledged, no progress for %s", acked, len(msgs), 2*s.cfg.PublishTimeout.Duration)
-			}
+	for inFlight > 0 || len(ready) > 0 && stopped == nil {
+		var admit chan struct{}
+		if len(ready) > 0 && stopped == nil {
+			admit = s.window
 		}
 		select {
+		case admit <- struct{}{}:
+			i := ready[0]
+			ready = ready[1:]
+			if err := s.publishAsync(js, msgs[i], results, i); err != nil {
+				fail(i, err)
+				continue
+			}
+			inFlight++
 		case r := <-results:
 			handle(r)
-			progress()
+			stall.Reset(2 * s.cfg.PublishTimeout.Duration)
 		case <-ctx.Done():
-			return fmt.Errorf("nats: %d of %d events acknowledged: %w", acked, len(msgs), ctx.Err())
+			unresolved(fmt.Errorf("nats: no PubAck yet: %w", ctx.Err()))
+			return
 		case <-stall.C:
-			return fmt.Errorf("nats: %d of %d events acknowledged, no progress for %s", acked, len(msgs), 2*s.cfg.PublishTimeout.Duration)
+			unresolved(fmt.Errorf("nats: no PubAck yet, and no progress for %s", 2*s.cfg.PublishTimeout.Duration))
+			return
 		}
 	}
-	if len(failures) == 0 {
-		return nil
+	if stopped != nil {
+		unresolved(fmt.Errorf("nats: not published after %w: %w", stopped, sinks.ErrNotSent))
 	}
-	// Each failure is reported with its event, but a disconnect fails a
-	// whole window at once: name a few, count the rest.
-	shown := failures
-	if len(shown) > 3 {
-		shown = append(shown[:3:3], fmt.Errorf("and %d more", len(failures)-3))
+}
+
+// stopsWrite reports whether a failed publish is the connection's rather
+// than its message's, so that publishing more in the same Write would
+// only fail more.
+func stopsWrite(err error) bool {
+	switch reason(err) {
+	case "no_stream", "permission", "api", "too_large":
+		return false
 	}
-	err := fmt.Errorf("nats: %d of %d events not acknowledged: %w", len(msgs)-acked, len(msgs), errors.Join(shown...))
-	if permanent {
-		return sinks.Permanent(err)
-	}
-	return err
+	return true
 }
 
 // publishAsync sends one message with a token of the window already taken.

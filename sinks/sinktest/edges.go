@@ -34,8 +34,9 @@ func hugeMarker(size int) *informer.Change {
 		SnapshotID: strings.Repeat("s", size), Observed: observed}
 }
 
-// refusal writes an event no broker can take, directly and then through a
-// dispatcher followed by one it can take on the same key.
+// refusal writes an event no broker can take, alone, then between two
+// events it can take, and then through a dispatcher followed by one it can
+// take on the same key.
 func refusal(t *testing.T, h Harness) {
 	s, read, ctx := connected(t, h)
 	huge := mustEvent(t, hugeMarker(h.OversizeBytes))
@@ -45,12 +46,34 @@ func refusal(t *testing.T, h Harness) {
 		t.Fatalf("Write of an event the broker can never take = %.300v; want an error wrapping sinks.ErrPermanent, "+
 			"or the dispatcher retries it forever and every later event of its key waits behind it", err)
 	}
+	// Between two events the broker takes, the refusal names the refused
+	// event alone: the others are acknowledged, not refused with it and not
+	// left for a rewrite one at a time.
+	around := []*event.Event{
+		mustEvent(t, Change(informer.OpUpdated, "team-0", "next-to-refused", 1)),
+		huge,
+		mustEvent(t, Change(informer.OpUpdated, "team-0", "next-to-refused", 2)),
+	}
+	err = writeSettled(ctx, t, s, around)
+	if e := sinks.ItemError(err, 1); !errors.Is(e, sinks.ErrPermanent) {
+		t.Errorf("the event the broker can never take, written between two others, failed with %.300v; want sinks.ErrPermanent", e)
+	}
+	for _, i := range []int{0, 2} {
+		if e := sinks.ItemError(err, i); e != nil {
+			t.Errorf("event %s, written next to one the broker refuses, failed with %.300v; want it acknowledged "+
+				"(a refusal must name its event, in a sinks.BatchError)", around[i].ID(), e)
+		}
+	}
+	if !t.Failed() {
+		got := waitForAll(ctx, t, read, []*event.Event{around[0], around[2]}, h.Timeout)
+		checkKeyOrder(t, []*event.Event{around[0], around[2]}, got)
+	}
 	if err := s.Close(ctx); err != nil {
 		t.Errorf("Close: %v", err)
 	}
 
 	s, read = h.New(t)
-	d := sinks.NewDispatcher("sinktest-refusal", s, dispatchOptions(t))
+	d := sinks.NewDispatcher("sinktest-refusal", checked(t, s), dispatchOptions(t))
 	d.Start()
 	next := &informer.Change{Op: informer.OpSnapshotCompleted, Resource: Resource, Key: Resource.KeyPrefix,
 		SnapshotID: "snap-after", Observed: observed}
@@ -77,6 +100,15 @@ func oversize(t *testing.T, h Harness) {
 	switch {
 	case errors.Is(err, sinks.ErrPermanent):
 		t.Logf("the adapter refused the oversized event permanently: %.300v", err)
+		// The events around it are not refused with it.
+		for _, i := range []int{0, 2} {
+			if e := sinks.ItemError(err, i); e != nil {
+				t.Fatalf("event %s, next to the oversized one, failed with %.300v; want it acknowledged "+
+					"(a refusal must name its event, in a sinks.BatchError)", sent[i].ID(), e)
+			}
+		}
+		neighbours := []*event.Event{sent[0], sent[2]}
+		checkKeyOrder(t, neighbours, waitForAll(ctx, t, read, neighbours, h.Timeout))
 		return
 	case err != nil:
 		t.Fatalf("Write with an oversized event = %.300v; want success (with a reference event in its place) "+
@@ -101,28 +133,57 @@ func oversize(t *testing.T, h Harness) {
 // permanent.
 const settleTime = 15 * time.Second
 
-// writeSettled writes evs until the adapter gives its answer for them:
-// success or a permanent error. A topic or stream just created can fail a
-// write for a moment (a partition whose leader is not elected yet), which
-// the dispatcher retries; only a failure that lasts settleTime counts as
-// the answer.
+// writeSettled writes evs until the adapter gives its answer for each of
+// them: acknowledged or refused for good. A topic or stream just created
+// can fail a write for a moment (a partition whose leader is not elected
+// yet), which the dispatcher retries; so, as the dispatcher does, it
+// writes again the events that failed transiently, and only them, and
+// only a failure that lasts settleTime counts as the answer. It returns
+// what it learned of each event as a Write would: nil if every event was
+// acknowledged, else a BatchError over evs.
 func writeSettled(ctx context.Context, t *testing.T, s sinks.Sink, evs []*event.Event) error {
 	t.Helper()
 	deadline := time.Now().Add(settleTime)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	outcome := make([]error, len(evs))
+	pending := make([]int, len(evs))
+	for i := range pending {
+		pending[i] = i
+	}
+	batch := make([]*event.Event, 0, len(evs))
 	for {
-		err := s.Write(ctx, evs)
-		if err == nil || errors.Is(err, sinks.ErrPermanent) || time.Now().After(deadline) {
-			return err
+		batch = batch[:0]
+		for _, i := range pending {
+			batch = append(batch, evs[i])
 		}
-		t.Logf("Write failed for now, retrying as the dispatcher would: %.200v", err)
+		err := s.Write(ctx, batch)
+		checkOutcome(t, batch, err)
+		var failed []int
+		for j, i := range pending {
+			outcome[i] = sinks.ItemError(err, j)
+			if outcome[i] != nil && !errors.Is(outcome[i], sinks.ErrPermanent) {
+				failed = append(failed, i)
+			}
+		}
+		pending = failed
+		if len(pending) == 0 || time.Now().After(deadline) {
+			break
+		}
+		t.Logf("%d events failed for now, writing them again as the dispatcher would: %.200v", len(pending), err)
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return err
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
+	be := sinks.NewBatchError(len(evs))
+	for i, err := range outcome {
+		be.Failed(i, err)
+	}
+	return be.ErrorOrNil()
 }
 
 func writeAfterClose(t *testing.T, h Harness) {

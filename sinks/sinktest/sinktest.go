@@ -4,12 +4,17 @@
 // order across many batches through a real sinks.Dispatcher, and delivers
 // every event at least once, in per-key order, across a broker restart in the
 // middle of the stream. It also holds an adapter to the edges of the
-// contract: an event the broker refuses for good fails the Write with
-// sinks.ErrPermanent (so the dispatcher drops it instead of retrying it
-// forever, and the key keeps flowing), an event too large for the broker is
-// either sent as its reference event (encoding.ReferenceEvent) or refused
-// permanently, a Write after Close is an error, not a panic, and closing
-// twice is harmless.
+// contract: an event the broker refuses for good fails with
+// sinks.ErrPermanent, alone (so the dispatcher drops it instead of retrying
+// it forever, and the rest of its batch and its key keep flowing), an event
+// too large for the broker is either sent as its reference event
+// (encoding.ReferenceEvent) or refused permanently, a Write of which only
+// some events can be delivered reports each event's outcome and is retried
+// with the failed events alone, a Write after Close is an error, not a
+// panic, and closing twice is harmless. Every Write the suite makes, itself
+// or through a dispatcher, is held to the per-event contract of
+// sinks.Sink.Write: a BatchError covers the events written, and no event is
+// acknowledged after an earlier event of its key failed transiently.
 //
 // An adapter's test provides a Harness and calls Run:
 //
@@ -67,6 +72,13 @@ type Harness struct {
 	// Negative: the destination takes any size (stdout), and those cases
 	// are skipped.
 	OversizeBytes int
+	// Partial returns, like New, a sink not yet connected and the Reader of
+	// a fresh destination, except that the destination cannot take the
+	// events of ClusterResource yet (their topic or stream does not exist,
+	// say), so that a Write must fail those events, transiently, and
+	// deliver the others. heal makes the destination take them. Nil skips
+	// the partial-failure case.
+	Partial func(t *testing.T) (s sinks.Sink, read Reader, heal func(t *testing.T))
 	// KnownViolations names the cases (by their subtest name) the adapter
 	// is known to fail, each with the reason. Those cases are skipped with
 	// the reason, so the gap shows in every run instead of being hidden in
@@ -109,6 +121,12 @@ func Run(t *testing.T, h Harness) {
 		}},
 		{"An event the broker refuses for good fails permanently and its key keeps flowing", sized(refusal)},
 		{"An event too large for the broker arrives as its reference event or fails permanently", sized(oversize)},
+		{"A Write of which only some events can be delivered is retried with those alone and every event arrives in key order", func(t *testing.T, h Harness) {
+			if h.Partial == nil {
+				t.Skip("the harness cannot make its destination refuse some events")
+			}
+			partial(t, h)
+		}},
 		{"A Write after Close fails and does not panic", writeAfterClose},
 		{"Closing twice neither fails nor panics", closeTwice},
 	} {
@@ -165,16 +183,27 @@ func batch(t *testing.T, h Harness) {
 
 	// A Write may fail transiently (a partition whose leader is not known
 	// yet right after the topic was created, say); the contract is that the
-	// caller resends the whole batch, as the dispatcher does.
+	// caller writes again the events that failed, as the dispatcher does.
+	pending := sent
 	for attempt := 1; ; attempt++ {
-		err := s.Write(ctx, sent)
+		err := s.Write(ctx, pending)
+		checkOutcome(t, pending, err)
 		if err == nil {
 			break
 		}
-		if errors.Is(err, sinks.ErrPermanent) || ctx.Err() != nil {
-			t.Fatalf("Write of %d events (attempt %d): %v", len(sent), attempt, err)
+		var failed []*event.Event
+		for i, ev := range pending {
+			ierr := sinks.ItemError(err, i)
+			if ierr == nil {
+				continue
+			}
+			if errors.Is(ierr, sinks.ErrPermanent) || ctx.Err() != nil {
+				t.Fatalf("Write of %d events (attempt %d): event %s: %v", len(pending), attempt, ev.ID(), ierr)
+			}
+			failed = append(failed, ev)
 		}
-		t.Logf("Write of %d events failed (attempt %d), resending: %v", len(sent), attempt, err)
+		t.Logf("%d of %d events failed (attempt %d), writing them again: %.300v", len(failed), len(pending), attempt, err)
+		pending = failed
 		select {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):
@@ -197,7 +226,7 @@ func batch(t *testing.T, h Harness) {
 
 func order(t *testing.T, h Harness) {
 	s, read := h.New(t)
-	d := sinks.NewDispatcher("sinktest-order", s, dispatchOptions(t))
+	d := sinks.NewDispatcher("sinktest-order", checked(t, s), dispatchOptions(t))
 	d.Start()
 	const keys, perKey = 20, 25
 	var sent []*event.Event
@@ -219,7 +248,7 @@ func order(t *testing.T, h Harness) {
 
 func restart(t *testing.T, h Harness) {
 	s, read := h.New(t)
-	d := sinks.NewDispatcher("sinktest-restart", s, dispatchOptions(t))
+	d := sinks.NewDispatcher("sinktest-restart", checked(t, s), dispatchOptions(t))
 	d.Start()
 	const keys, perKey = 30, 40
 	var sent []*event.Event

@@ -2,7 +2,10 @@ package sinktest_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -26,6 +29,21 @@ func TestACorrectSinkPassesTheSuite(t *testing.T) {
 			all = append(all, s)
 			mu.Unlock()
 			return s, func(context.Context, *testing.T) []*event.Event { return s.Events() }
+		},
+		// The nodes' destination is missing until healed: memsink fails
+		// their events alone, as a broker answers for each event.
+		Partial: func(t *testing.T) (sinks.Sink, sinktest.Reader, func(*testing.T)) {
+			s := &memsink.Sink{}
+			s.RefuseOver(1 << 20)
+			var blocked atomic.Bool
+			blocked.Store(true)
+			s.FailEach(func(ev *event.Event) error {
+				if k, _ := ev.Extensions()["partitionkey"].(string); blocked.Load() && strings.HasPrefix(k, sinktest.ClusterResource.KeyPrefix+"/") {
+					return fmt.Errorf("no topic for %s: %w", k, memsink.ErrDown)
+				}
+				return nil
+			})
+			return s, func(context.Context, *testing.T) []*event.Event { return s.Events() }, func(*testing.T) { blocked.Store(false) }
 		},
 		// A restart here is only a blink of an outage; an adapter's own suite run
 		// against its real broker is the real test of restarts.

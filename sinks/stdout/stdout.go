@@ -72,13 +72,16 @@ func (w *Writer) Connect(context.Context) error { return nil }
 
 // Write writes each event as one line and flushes, so a reader sees whole
 // batches promptly. Concurrent shards are serialised so lines never interleave.
+// An event that cannot be marshalled is refused alone; a failed flush fails
+// every other event, since which lines got out is unknown.
 func (w *Writer) Write(_ context.Context, events []*event.Event) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
-	for _, ev := range events {
+	var be *sinks.BatchError
+	for i, ev := range events {
 		var b []byte
 		var err error
 		if w.pretty {
@@ -87,15 +90,27 @@ func (w *Writer) Write(_ context.Context, events []*event.Event) error {
 			b, err = json.Marshal(ev)
 		}
 		if err != nil {
-			return sinks.Permanent(fmt.Errorf("stdout: marshal event %s: %w", ev.ID(), err))
+			if be == nil {
+				be = sinks.NewBatchError(len(events))
+			}
+			be.Failed(i, sinks.Permanent(fmt.Errorf("stdout: marshal event %s: %w", ev.ID(), err)))
+			continue
 		}
 		w.w.Write(b)
 		w.w.WriteByte('\n')
 	}
 	if err := w.w.Flush(); err != nil {
-		return fmt.Errorf("stdout: %w", err)
+		err = fmt.Errorf("stdout: %w", err)
+		if be == nil {
+			return err
+		}
+		for i := range events {
+			if be.Err(i) == nil {
+				be.Failed(i, err)
+			}
+		}
 	}
-	return nil
+	return be.ErrorOrNil()
 }
 
 // Close flushes what is buffered; later Writes fail with ErrClosed.

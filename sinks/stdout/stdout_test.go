@@ -58,3 +58,38 @@ func TestTheStdoutSinkPassesTheConformanceSuiteInBothLayouts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { sinktest.Run(t, harness(tc.pretty)) })
 	}
 }
+
+// An event whose data claims to be JSON but is not cannot be written as a
+// JSON line: it is refused alone, and the events around it are written.
+func TestAnEventThatCannotBeMarshalledIsRefusedAloneAndTheRestIsWritten(t *testing.T) {
+	var out testkit.Buffer
+	s, err := stdout.New("stdout", &stdout.Config{}, sinks.Deps{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := func(id, data string) *event.Event {
+		e := event.New()
+		e.SetID(id)
+		e.SetSource("/test")
+		e.SetType("test")
+		e.SetDataContentType("application/json")
+		e.DataEncoded = []byte(data)
+		return &e
+	}
+	err = s.Write(context.Background(), []*event.Event{ev("before", `{}`), ev("broken", `{not json`), ev("after", `{}`)})
+	var be *sinks.BatchError
+	if !errors.As(err, &be) || be.Failures() != 1 || !errors.Is(be.Err(1), sinks.ErrPermanent) {
+		t.Fatalf("Write = %v; want a BatchError refusing the broken event alone", err)
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q is not JSON: %v", line, err)
+		}
+		ids = append(ids, m["id"].(string))
+	}
+	if got := strings.Join(ids, ","); got != "before,after" {
+		t.Errorf("wrote %s, want before,after", got)
+	}
+}

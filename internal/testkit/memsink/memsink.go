@@ -1,9 +1,11 @@
 // Package memsink is an in-memory sinks.Sink for tests. It records what it
-// acknowledges and injects the faults a broker shows: transient failures (the
-// next N writes, a random share, an outage, writes holding certain events),
-// permanent refusals (for good, of certain events, of events too large),
-// writes that block until released, and a connection reported lost through
-// sinks.ConnectionNotifier.
+// acknowledges and injects the faults a broker shows: transient failures of
+// whole writes (the next N writes, a random share, an outage, writes holding
+// certain events) and of chosen events alone, permanent refusals (of every
+// write, of certain events, of events too large), writes that block until
+// released, and a connection reported lost through sinks.ConnectionNotifier.
+// A fault of chosen events fails those events only and reports them in a
+// sinks.BatchError, as the Write contract asks of a real adapter.
 //
 // It lives apart from testkit because it imports sinks, which imports
 // informer: those packages' own tests can use testkit but not memsink.
@@ -15,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -33,6 +36,7 @@ var ErrClosed = errors.New("memsink: write after close")
 type Sink struct {
 	mu       sync.Mutex
 	got      []*event.Event
+	batches  [][]*event.Event
 	writes   int
 	closed   bool
 	failNext int
@@ -42,6 +46,7 @@ type Sink struct {
 	refuse   error
 	refuseIf func(*event.Event) bool
 	maxBytes int
+	failEach func(*event.Event) error
 	blocked  chan struct{}
 	up       func(bool)
 }
@@ -70,13 +75,18 @@ func (s *Sink) NotifyConnection(up func(bool)) {
 	s.up = up
 }
 
-// Write acknowledges evs, unless a fault applies, in this order: closed,
-// blocked (waits for the release or ctx), failing next, down, random
-// failure, a transient failure for an event, a permanent refusal, an event
-// too large. A failed write keeps nothing.
+// Write acknowledges evs, unless a fault applies. These fail the whole
+// write and keep nothing, in this order: closed, blocked (waits for the
+// release or ctx), failing next, down, random failure, a write holding an
+// event FailIf selects, every write refused. Then each event on its own may
+// be refused (RefuseIf, RefuseOver) or fail as FailEach says; the others are
+// kept. As the Write contract asks, an event whose key had an earlier event
+// of the write fail transiently is not kept either: it fails with
+// sinks.ErrNotSent.
 func (s *Sink) Write(ctx context.Context, evs []*event.Event) error {
 	s.mu.Lock()
 	s.writes++
+	s.batches = append(s.batches, slices.Clone(evs))
 	if s.closed {
 		s.mu.Unlock()
 		return ErrClosed
@@ -94,8 +104,31 @@ func (s *Sink) Write(ctx context.Context, evs []*event.Event) error {
 	if err := s.fault(evs); err != nil {
 		return err
 	}
-	s.got = append(s.got, evs...)
-	return nil
+	var be *sinks.BatchError
+	var held map[string]bool // keys with an event that failed transiently
+	for i, ev := range evs {
+		var err error
+		if held[key(ev)] {
+			err = fmt.Errorf("memsink: event %s follows a failed event of its key: %w", ev.ID(), sinks.ErrNotSent)
+		} else {
+			err = s.eventFault(ev)
+		}
+		if err == nil {
+			s.got = append(s.got, ev)
+			continue
+		}
+		if be == nil {
+			be = sinks.NewBatchError(len(evs))
+		}
+		be.Failed(i, err)
+		if !errors.Is(err, sinks.ErrPermanent) {
+			if held == nil {
+				held = map[string]bool{}
+			}
+			held[key(ev)] = true
+		}
+	}
+	return be.ErrorOrNil()
 }
 
 func (s *Sink) fault(evs []*event.Event) error {
@@ -115,15 +148,21 @@ func (s *Sink) fault(evs []*event.Event) error {
 			return fmt.Errorf("writing %s: %w", key(ev), ErrDown)
 		}
 	}
-	for _, ev := range evs {
-		if s.refuseIf != nil && s.refuseIf(ev) {
-			return sinks.Permanent(fmt.Errorf("memsink: refused %s", ev.ID()))
+	return nil
+}
+
+// eventFault is the failure of ev alone, if any.
+func (s *Sink) eventFault(ev *event.Event) error {
+	if s.refuseIf != nil && s.refuseIf(ev) {
+		return sinks.Permanent(fmt.Errorf("memsink: refused %s", ev.ID()))
+	}
+	if s.maxBytes > 0 {
+		if b, _ := json.Marshal(ev); len(b) > s.maxBytes {
+			return sinks.Permanent(sinks.TooLarge(fmt.Errorf("memsink: event %s is too large: %d bytes, the limit is %d", ev.ID(), len(b), s.maxBytes)))
 		}
-		if s.maxBytes > 0 {
-			if b, _ := json.Marshal(ev); len(b) > s.maxBytes {
-				return sinks.Permanent(fmt.Errorf("memsink: event %s is too large: %d bytes, the limit is %d", ev.ID(), len(b), s.maxBytes))
-			}
-		}
+	}
+	if s.failEach != nil {
+		return s.failEach(ev)
 	}
 	return nil
 }
@@ -133,6 +172,14 @@ func (s *Sink) Events() []*event.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]*event.Event(nil), s.got...)
+}
+
+// Batches returns the events of every call of Write, in call order, failed
+// ones included: what the dispatcher sent, and sent again.
+func (s *Sink) Batches() [][]*event.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.batches)
 }
 
 // Writes counts the calls of Write, failed ones included.
@@ -157,12 +204,20 @@ func (s *Sink) FailIf(f func(*event.Event) bool) { s.set(func() { s.failIf = f }
 // RefuseAll makes every write fail permanently with err (nil stops it).
 func (s *Sink) RefuseAll(err error) { s.set(func() { s.refuse = err }) }
 
-// RefuseIf makes a write holding an event f selects fail permanently.
+// RefuseIf refuses, permanently, each event f selects; the rest of its
+// write goes through.
 func (s *Sink) RefuseIf(f func(*event.Event) bool) { s.set(func() { s.refuseIf = f }) }
 
-// RefuseOver makes a write holding an event larger than n bytes (as JSON)
-// fail permanently as too large; 0 lifts the limit.
+// RefuseOver refuses, permanently and as too large (sinks.ErrTooLarge),
+// each event larger than n bytes as JSON; the rest of its write goes
+// through. 0 lifts the limit.
 func (s *Sink) RefuseOver(n int) { s.set(func() { s.maxBytes = n }) }
+
+// FailEach fails each event for which f returns an error, with that error:
+// transient unless it wraps sinks.ErrPermanent. The rest of the write goes
+// through, except later events of a key whose event failed transiently
+// (see Write). A nil f stops it.
+func (s *Sink) FailEach(f func(*event.Event) error) { s.set(func() { s.failEach = f }) }
 
 // Block makes writes wait until release is called (or their context ends).
 func (s *Sink) Block() (release func()) {

@@ -1,0 +1,311 @@
+package sinks_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testkit/memsink"
+	"github.com/kubewire/kubewire/sinks"
+)
+
+// oneBatch makes a dispatcher that writes everything it holds in one
+// batch, so a test can fail some events of a batch and not others.
+func oneBatch() sinks.Options {
+	return sinks.Options{Shards: 1, BatchSize: 100, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond}
+}
+
+func idsOf(evs []*event.Event) string {
+	var out []string
+	for _, ev := range evs {
+		out = append(out, strings.TrimPrefix(key(ev), res.KeyPrefix+"/ns/")+"@"+strconv.Itoa(rvOf(ev)))
+	}
+	return strings.Join(out, ",")
+}
+
+// started enqueues changes before it starts d, so that its first write
+// holds them all: a test can then fail some events of a batch and not
+// others.
+func started(d *sinks.Dispatcher, changes ...*informer.Change) *sinks.Dispatcher {
+	for _, c := range changes {
+		d.Enqueue(sinks.NewItem(c))
+	}
+	d.Start()
+	return d
+}
+
+func slogTo(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func TestOnlyTheEventsThatFailedAreWrittenAgainInTheirOrder(t *testing.T) {
+	s := &memsink.Sink{}
+	var failures atomic.Int32
+	s.FailEach(func(ev *event.Event) error {
+		// b's first change fails twice; every later change of b then fails
+		// with it (memsink holds the key back, as an adapter must).
+		if key(ev) == res.ObjectKey("ns", "b") && rvOf(ev) == 1 && failures.Add(1) <= 2 {
+			return errors.New("partition leader moved")
+		}
+		return nil
+	})
+	before := metrics.Sum("kubewire_events_published_total", map[string]string{"sink": "only-failed"})
+	d := started(sinks.NewDispatcher("only-failed", s, oneBatch()),
+		change(informer.OpAdded, "a", 1), change(informer.OpAdded, "b", 1), change(informer.OpAdded, "c", 1),
+		change(informer.OpUpdated, "b", 2), change(informer.OpUpdated, "a", 2))
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	var writes []string
+	for _, b := range s.Batches() {
+		writes = append(writes, idsOf(b))
+	}
+	if got, want := strings.Join(writes, " | "), "a@1,b@1,c@1,b@2,a@2 | b@1,b@2 | b@1,b@2"; got != want {
+		t.Errorf("the writes were\n\t%s\nwant\n\t%s\n(a retry holds the failed events only, in their order)", got, want)
+	}
+	if got, want := idsOf(s.Events()), "a@1,c@1,a@2,b@1,b@2"; got != want {
+		t.Errorf("acknowledged %s, want %s", got, want)
+	}
+	if got := metrics.Sum("kubewire_events_published_total", map[string]string{"sink": "only-failed"}) - before; got != 5 {
+		t.Errorf("kubewire_events_published_total moved by %v, want 5: each event counted once", got)
+	}
+}
+
+func TestARefusedEventIsDroppedWithoutWritingItsBatchAgainOneByOne(t *testing.T) {
+	s := &memsink.Sink{}
+	s.RefuseIf(func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
+	refused := map[string]string{"sink": "refuse-once", "reason": "refused"}
+	before := metrics.Sum("kubewire_events_failed_total", refused)
+	d := started(sinks.NewDispatcher("refuse-once", s, oneBatch()), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "huge", 1), change(informer.OpAdded, "huge", 2),
+		change(informer.OpAdded, "b", 1))
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	if got := s.Writes(); got != 1 {
+		t.Errorf("%d writes, want 1: the refusal names its events, so nothing needs writing again", got)
+	}
+	if got, want := idsOf(s.Events()), "a@1,b@1"; got != want {
+		t.Errorf("acknowledged %s, want %s", got, want)
+	}
+	if got := metrics.Sum("kubewire_events_failed_total", refused) - before; got != 2 {
+		t.Errorf("kubewire_events_failed_total{reason=refused} moved by %v, want 2", got)
+	}
+}
+
+// Events fail at random, each on its own. Whatever the dispatcher writes
+// again, each object's changes must reach the broker in order, and, since
+// memsink keeps only what it acknowledged and the dispatcher resends only
+// what failed, exactly once.
+func TestEveryChangeArrivesOnceAndInKeyOrderWhileEventsFailOneByOneAtRandom(t *testing.T) {
+	s := &memsink.Sink{}
+	var mu sync.Mutex
+	rnd := rand.New(rand.NewPCG(1, 2))
+	s.FailEach(func(*event.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if rnd.Float64() < 0.2 {
+			return errors.New("broker busy")
+		}
+		return nil
+	})
+	d := sinks.NewDispatcher("random-items", s, fastOptions())
+	d.Start()
+	const keys, perKey = 30, 40
+	for rv := 1; rv <= perKey; rv++ {
+		for k := range keys {
+			d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+		}
+	}
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	last := map[string]int{}
+	for _, ev := range s.Events() {
+		k, rv := key(ev), rvOf(ev)
+		if rv != last[k]+1 {
+			t.Fatalf("key %s: rv %d after %d; want every change once, in order", k, rv, last[k])
+		}
+		last[k] = rv
+	}
+	for k := range keys {
+		if got := last[res.ObjectKey("ns", "cm"+strconv.Itoa(k))]; got != perKey {
+			t.Errorf("cm%d ended at rv %d, want %d", k, got, perKey)
+		}
+	}
+}
+
+// overtaker breaks the Write contract the way an adapter could: it fails a
+// key's first event once but acknowledges the key's next one.
+type overtaker struct {
+	memsink.Sink
+	failed atomic.Bool
+}
+
+func (o *overtaker) Write(ctx context.Context, evs []*event.Event) error {
+	if err := o.Sink.Write(ctx, evs); err != nil {
+		return err
+	}
+	if !o.failed.CompareAndSwap(false, true) {
+		return nil
+	}
+	be := sinks.NewBatchError(len(evs))
+	for i, ev := range evs {
+		if key(ev) == res.ObjectKey("ns", "b") {
+			return be.Failed(i, errors.New("timed out"))
+		}
+	}
+	return nil
+}
+
+// An adapter that acknowledges a later event of a key after an earlier one
+// of the key failed has let it overtake. The dispatcher cannot undo that,
+// but it writes the later event again after the earlier one, so the key's
+// last word at the broker is its newest change.
+func TestALaterEventAcknowledgedPastAFailedOneOfItsKeyIsWrittenAgainAfterIt(t *testing.T) {
+	o := &overtaker{}
+	logs := &testkit.Buffer{}
+	opt := oneBatch()
+	opt.Logger = slogTo(logs)
+	d := started(sinks.NewDispatcher("overtaken", o, opt), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "b", 1), change(informer.OpUpdated, "b", 2))
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	var writes []string
+	for _, b := range o.Batches() {
+		writes = append(writes, idsOf(b))
+	}
+	if got, want := strings.Join(writes, " | "), "a@1,b@1,b@2 | b@1,b@2"; got != want {
+		t.Errorf("the writes were %s, want %s", got, want)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "after an earlier event of its key failed") {
+		t.Errorf("no ERROR about the contract broken; the log:\n%s", logs.String())
+	}
+}
+
+// While one object's events keep failing, the rest of their batch is
+// delivered once, the sink and the resource report failing writes, and a
+// shutdown keeps only the failing events.
+func TestWhileSomeEventsOfABatchFailTheSinkIsFailingAndOnlyThoseAreUndelivered(t *testing.T) {
+	s := &memsink.Sink{}
+	var stuck atomic.Bool
+	stuck.Store(true)
+	s.FailEach(func(ev *event.Event) error {
+		if stuck.Load() && key(ev) == res.ObjectKey("ns", "stuck") {
+			return errors.New("no leader")
+		}
+		return nil
+	})
+	d := started(sinks.NewDispatcher("partial-health", s, oneBatch()), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "stuck", 1), change(informer.OpAdded, "b", 1),
+		change(informer.OpUpdated, "stuck", 2))
+	testkit.Eventually(t, "a and b acknowledged", func() bool { return len(s.Events()) == 2 })
+	testkit.Eventually(t, "the sink reported failing", func() bool { return d.Health() == sinks.HealthFailing })
+	blocked := map[string]string{"sink": "partial-health", "resource": res.KeyPrefix}
+	if got := metrics.Sum("kubewire_resource_blocked", blocked); got != 1 {
+		t.Errorf("kubewire_resource_blocked = %v while events of the resource fail, want 1", got)
+	}
+	if got, want := idsOf(s.Events()), "a@1,b@1"; got != want {
+		t.Errorf("acknowledged %s, want %s, each once", got, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if n := d.Close(ctx); n != 2 {
+		t.Errorf("Close reported %d undelivered, want the 2 events of stuck", n)
+	}
+}
+
+func TestTheSinkIsHealthyAgainOnceTheFailedEventsOfABatchAreAcknowledged(t *testing.T) {
+	s := &memsink.Sink{}
+	var stuck atomic.Bool
+	stuck.Store(true)
+	s.FailEach(func(ev *event.Event) error {
+		if stuck.Load() && key(ev) == res.ObjectKey("ns", "stuck") {
+			return errors.New("no leader")
+		}
+		return nil
+	})
+	d := started(sinks.NewDispatcher("partial-healthy-again", s, oneBatch()), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "stuck", 1))
+	testkit.Eventually(t, "the sink reported failing", func() bool { return d.Health() == sinks.HealthFailing })
+	stuck.Store(false)
+	testkit.Eventually(t, "the sink healthy again", func() bool { return d.Health() == sinks.HealthOK })
+	if got := metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "partial-healthy-again", "resource": res.KeyPrefix}); got != 0 {
+		t.Errorf("kubewire_resource_blocked = %v after the writes succeeded, want 0", got)
+	}
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	if got, want := idsOf(s.Events()), "a@1,stuck@1"; got != want {
+		t.Errorf("acknowledged %s, want %s", got, want)
+	}
+}
+
+// A snapshot record refused in a batch with others is dropped alone, and
+// the completed marker says so.
+func TestARecordRefusedInABatchMarksItsSnapshotIncompleteAndTheOthersArrive(t *testing.T) {
+	s := &memsink.Sink{}
+	s.RefuseIf(func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
+	synced := func(name string) *informer.Change {
+		c := change(informer.OpSynced, name, 1)
+		c.SnapshotID = "s1"
+		return c
+	}
+	d := started(sinks.NewDispatcher("refused-in-batch", s, oneBatch()), marker(informer.OpSnapshotStarted, "s1", 0), synced("a"), synced("huge"), synced("b"),
+		marker(informer.OpSnapshotCompleted, "s1", 3))
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	var got []string
+	for _, ev := range s.Events() {
+		inc, _ := ev.Extensions()["incomplete"].(string)
+		got = append(got, fmt.Sprintf("%s%s", strings.TrimPrefix(ev.Type(), "io.kubewire."), map[bool]string{true: "(incomplete=" + inc + ")"}[inc != ""]))
+	}
+	if want := "snapshot.started,object.synced,object.synced,snapshot.completed(incomplete=1)"; strings.Join(got, ",") != want {
+		t.Errorf("delivered %s, want %s", strings.Join(got, ","), want)
+	}
+}
+
+// miscounting breaks the contract another way: its first Write returns a
+// BatchError over fewer events than it was given.
+type miscounting struct {
+	memsink.Sink
+	once atomic.Bool
+}
+
+func (m *miscounting) Write(ctx context.Context, evs []*event.Event) error {
+	if m.once.CompareAndSwap(false, true) {
+		return sinks.NewBatchError(1).Failed(0, sinks.Permanent(errors.New("refused")))
+	}
+	return m.Sink.Write(ctx, evs)
+}
+
+// A BatchError that does not cover its Write says nothing reliable of any
+// event: nothing is dropped on its word, and everything is written again.
+func TestABatchErrorOverTheWrongNumberOfEventsDropsNothingAndIsWrittenAgain(t *testing.T) {
+	m := &miscounting{}
+	refused := map[string]string{"sink": "miscounting", "reason": "refused"}
+	before := metrics.Sum("kubewire_events_failed_total", refused)
+	d := started(sinks.NewDispatcher("miscounting", m, oneBatch()),
+		change(informer.OpAdded, "a", 1), change(informer.OpAdded, "b", 1), change(informer.OpAdded, "c", 1))
+	if n := d.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	if got, want := idsOf(m.Events()), "a@1,b@1,c@1"; got != want {
+		t.Errorf("acknowledged %s, want %s", got, want)
+	}
+	if got := metrics.Sum("kubewire_events_failed_total", refused) - before; got != 0 {
+		t.Errorf("kubewire_events_failed_total{reason=refused} moved by %v, want 0", got)
+	}
+}
