@@ -275,8 +275,10 @@ func connectReason(err error) string {
 	return metrics.ConnectOther
 }
 
-// Write posts the events in order and returns nil once the receiver has
-// acknowledged every one. It stops at the first failure.
+// Write posts the events in order and reports each one's outcome (see
+// sinks.Sink). A refused event is refused alone and the Write goes on; any
+// other failure stops it, and every event after the failed ones is reported
+// not sent, so no later change of a key can overtake an earlier one.
 func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 	c := s.live.Load()
 	if c == nil {
@@ -285,40 +287,72 @@ func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
 		}
 		return errNotConnected
 	}
+	res := sinks.NewBatchError(len(events))
 	if s.batch != nil {
-		return s.writeBatched(ctx, c, events)
+		s.writeBatched(ctx, c, events, res)
+		return res.ErrorOrNil()
 	}
-	for _, ev := range events {
-		if err := s.deliver(ctx, c, ev, nil); err != nil {
-			return err
+	for i, ev := range events {
+		if err := s.deliver(ctx, c, ev, nil); err != nil && !failed(res, i, i+1, err) {
+			break
 		}
 	}
-	return nil
+	return res.ErrorOrNil()
+}
+
+// failed records err for the events from..to-1 of res. It reports whether
+// the Write may go on: a permanent refusal holds back nothing, while after
+// any other failure every later event is recorded as not sent.
+func failed(res *sinks.BatchError, from, to int, err error) bool {
+	for i := from; i < to; i++ {
+		res.Failed(i, err)
+	}
+	if errors.Is(err, sinks.ErrPermanent) {
+		return true
+	}
+	for i := to; i < res.Len(); i++ {
+		res.Failed(i, sinks.ErrNotSent)
+	}
+	return false
 }
 
 // writeBatched packs consecutive events into requests of at most
 // batch.maxEvents events and batch.maxBytes bytes, in order. A request the
-// receiver refuses as too large is sent again one event per request, since
-// none of its events was taken; an event alone too large goes as its
-// reference event.
-func (s *Sink) writeBatched(ctx context.Context, c *nethttp.Client, events []*event.Event) error {
+// receiver refuses (as too large, or for good) is sent again one event per
+// request, since none of its events was taken and the receiver did not say
+// which one it refused; an event alone too large goes as its reference
+// event.
+func (s *Sink) writeBatched(ctx context.Context, c *nethttp.Client, events []*event.Event, res *sinks.BatchError) {
 	bodies := make([][]byte, len(events))
 	for i, ev := range events {
 		b, err := structuredBody(s.withOverrides(ev))
 		if err != nil {
-			return sinks.Permanent(fmt.Errorf("http: event %s: %w", ev.ID(), err))
+			// Retrying cannot change how an event encodes; it is left
+			// out of every request.
+			res.Failed(i, sinks.Permanent(fmt.Errorf("http: event %s: %w", ev.ID(), err)))
+			continue
 		}
 		bodies[i] = b
 	}
+	one := func(i int) bool {
+		if err := s.deliver(ctx, c, events[i], bodies[i]); err != nil {
+			return failed(res, i, i+1, err)
+		}
+		return true
+	}
 	for start := 0; start < len(events); {
+		if bodies[start] == nil {
+			start++
+			continue
+		}
 		end, size := start+1, 2+len(bodies[start])
-		for end < len(events) && end-start < s.batch.MaxEvents && size+1+len(bodies[end]) <= s.batch.MaxBytes {
+		for end < len(events) && bodies[end] != nil && end-start < s.batch.MaxEvents && size+1+len(bodies[end]) <= s.batch.MaxBytes {
 			size += 1 + len(bodies[end])
 			end++
 		}
 		if end-start == 1 {
-			if err := s.deliver(ctx, c, events[start], bodies[start]); err != nil {
-				return err
+			if !one(start) {
+				return
 			}
 			start = end
 			continue
@@ -326,18 +360,20 @@ func (s *Sink) writeBatched(ctx context.Context, c *nethttp.Client, events []*ev
 		h := make(nethttp.Header, s.extra)
 		h[headerContentType] = batchValue
 		err := s.post(ctx, c, h, batchBody(bodies[start:end]), events[start:end])
-		if errors.Is(err, sinks.ErrTooLarge) && !errors.Is(err, sinks.ErrPermanent) {
+		switch {
+		case err == nil:
+		case errors.Is(err, sinks.ErrTooLarge), errors.Is(err, sinks.ErrPermanent):
 			for i := start; i < end; i++ {
-				if err := s.deliver(ctx, c, events[i], bodies[i]); err != nil {
-					return err
+				if !one(i) {
+					return
 				}
 			}
-		} else if err != nil {
-			return err
+		default:
+			failed(res, start, end, err)
+			return
 		}
 		start = end
 	}
-	return nil
 }
 
 // deliver sends one event; if the receiver refuses it as too large, its

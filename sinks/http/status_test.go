@@ -72,7 +72,9 @@ func TestEachStatusMapsToRetryPermanentOrTooLarge(t *testing.T) {
 		{"415 is permanent.", []int{415}, "", permanent},
 		{"413 for the event and for its reference is too large, permanently.", []int{413, 413}, "", tooLargePermanent},
 		{"413 in structured mode likewise.", []int{413, 413}, config.ContentModeStructured, tooLargePermanent},
-		{"400 for a batch is permanent.", []int{400}, httpsink.ContentModeBatched, permanent},
+		// The receiver did not say which event of the batch it refused:
+		// each goes again alone, and only those refused alone are dropped.
+		{"400 for a batch and for each of its events alone is permanent.", []int{400, 400, 400}, httpsink.ContentModeBatched, permanent},
 		{"503 for a batch is retried.", []int{503}, httpsink.ContentModeBatched, retry},
 	}
 	for _, c := range cases {
@@ -268,4 +270,58 @@ func TestConnectFailsOnlyWhenTheReceiverCannotBeReached(t *testing.T) {
 			t.Fatalf("Connect after Close = %v; want ErrClosed", err)
 		}
 	})
+}
+
+// A Write reports each event's outcome: what the receiver took is not
+// written again, a refusal drops its event alone, and after a failure that
+// may pass nothing later goes out ahead of the failed event.
+func TestAWriteReportsEachEventsOutcome(t *testing.T) {
+	rcv := startReceiver(t, receiverOptions{})
+	cases := []struct {
+		name  string
+		codes []int
+		want  []string // per event: ok, permanent, retry or notsent
+		got   []int    // which events the receiver holds
+	}{
+		{"A refused event is refused alone and the Write goes on.", []int{0, 400}, []string{"ok", "permanent", "ok"}, []int{0, 2}},
+		{"After a failure to retry nothing later is sent.", []int{0, 503}, []string{"ok", "retry", "notsent"}, []int{0}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := freshPath()
+			s := newSink(t, &httpsink.Config{URL: rcv.URL() + path})
+			ctx := connect(t, s)
+			evs := []*event.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("b", 1)), mustEvent(t, change("c", 1))}
+			rcv.Fail(c.codes...)
+			err := s.Write(ctx, evs)
+			var be *sinks.BatchError
+			if !errors.As(err, &be) || be.Len() != len(evs) {
+				t.Fatalf("Write = %v; want a BatchError over %d events", err, len(evs))
+			}
+			for i, w := range c.want {
+				ierr := be.Err(i)
+				var ok bool
+				switch w {
+				case "ok":
+					ok = ierr == nil
+				case "permanent":
+					ok = errors.Is(ierr, sinks.ErrPermanent)
+				case "retry":
+					ok = ierr != nil && !errors.Is(ierr, sinks.ErrPermanent) && !errors.Is(ierr, sinks.ErrNotSent)
+				case "notsent":
+					ok = errors.Is(ierr, sinks.ErrNotSent)
+				}
+				if !ok {
+					t.Errorf("event %d: %v; want %s", i, ierr, w)
+				}
+			}
+			var want []string
+			for _, i := range c.got {
+				want = append(want, evs[i].ID())
+			}
+			if got := ids(rcv.Events(path)); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("the receiver holds %v; want %v", got, want)
+			}
+		})
+	}
 }
