@@ -12,8 +12,10 @@ import (
 	"sort"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/metrics"
 )
 
 // Sink is what an adapter implements. The dispatcher calls it; adapters do
@@ -152,11 +154,17 @@ type Registry map[string]Spec
 
 var _ config.SinkTypes = Registry(nil)
 
-// NewRegistry returns a registry of specs.
+// NewRegistry returns a registry of specs, and registers the metric
+// collectors of each type whose block has them (Collectors()
+// []prometheus.Collector), so a type's metrics are served from the start,
+// at zero, whether or not a sink of it is configured.
 func NewRegistry(specs ...Spec) Registry {
 	r := Registry{}
 	for _, s := range specs {
 		r[s.Type] = s
+		if c, ok := s.NewConfig().(interface{ Collectors() []prometheus.Collector }); ok {
+			metrics.Register(c.Collectors()...)
+		}
 	}
 	return r
 }

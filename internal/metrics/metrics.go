@@ -3,6 +3,9 @@
 package metrics
 
 import (
+	"errors"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -12,16 +15,42 @@ import (
 // constructor; tests read it through testutil.
 var Registry = prometheus.NewRegistry()
 
-// registered lists every collector this package put in Registry, in order,
-// so that a test can describe them all: a vector has no series, and so
-// does not show in Registry.Gather, until its first label values are used.
-var registered []prometheus.Collector
+// registered lists every collector put in Registry, in order, so that a
+// test can describe them all: a vector has no series, and so does not show
+// in Registry.Gather, until its first label values are used.
+var (
+	registeredMu sync.Mutex
+	registered   []prometheus.Collector
+)
 
 // register adds cs to Registry and to registered. Every collector of this
 // package goes through it, never Registry.MustRegister directly.
-func register(cs ...prometheus.Collector) {
-	Registry.MustRegister(cs...)
-	registered = append(registered, cs...)
+func register(cs ...prometheus.Collector) { Register(cs...) }
+
+// Register adds the collectors of a sink type (see sinks.Spec) to Registry.
+// A collector already registered is left as it is, so that every registry
+// of sink types may register its types' collectors; a different collector
+// under a name already taken panics, as prometheus.MustRegister does.
+func Register(cs ...prometheus.Collector) {
+	registeredMu.Lock()
+	defer registeredMu.Unlock()
+	for _, c := range cs {
+		if err := Registry.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) && are.ExistingCollector == c {
+				continue
+			}
+			panic(err)
+		}
+		registered = append(registered, c)
+	}
+}
+
+// Registered lists every collector in Registry, in the order registered.
+func Registered() []prometheus.Collector {
+	registeredMu.Lock()
+	defer registeredMu.Unlock()
+	return append([]prometheus.Collector(nil), registered...)
 }
 
 var (

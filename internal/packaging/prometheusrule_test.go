@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/metrics"
 )
 
@@ -23,6 +24,7 @@ func exportedMetrics(t *testing.T) (current, deprecated map[string]bool) {
 	t.Helper()
 	desc := regexp.MustCompile(`fqName: "([^"]+)", help: "([^"]*)"`)
 	current, deprecated = map[string]bool{}, map[string]bool{}
+	app.DefaultRegistry() // as kubewire does at startup: registers each sink type's collectors
 	ch := make(chan *prometheus.Desc)
 	go func() { metrics.Registry.Describe(ch); close(ch) }()
 	for d := range ch {

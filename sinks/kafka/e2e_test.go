@@ -19,7 +19,6 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/kafkatest"
-	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -57,7 +56,7 @@ func TestE2EAnOversizedEventFallsBackToAReferenceOnRealKafka(t *testing.T) {
 	bigObject := sinktest.Object("team-a", "big", 2)
 	bigObject.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
 	big := sinktest.ChangeOf(informer.OpUpdated, bigObject)
-	before := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference"))
+	before := testutil.ToFloat64(kafka.Oversized.WithLabelValues("kafka-test", "reference"))
 	write(t, s,
 		sinktest.Change(informer.OpUpdated, "team-a", "small-1", 1),
 		big,
@@ -74,7 +73,7 @@ func TestE2EAnOversizedEventFallsBackToAReferenceOnRealKafka(t *testing.T) {
 	if got, want := strings.Join(names, ","), "small-1,big(reference),small-2"; got != want {
 		t.Errorf("the topic holds %s, want %s", got, want)
 	}
-	if d := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference")) - before; d != 1 {
+	if d := testutil.ToFloat64(kafka.Oversized.WithLabelValues("kafka-test", "reference")) - before; d != 1 {
 		t.Errorf("kubewire_kafka_oversized_events_total{action=reference} grew by %v, want 1", d)
 	}
 }
@@ -242,13 +241,13 @@ func TestE2ERealKafkaRefusesAnUnexpectedSequenceAndKubewireMovesToAnEpochThatFen
 		t.Fatalf("the broker refused the batch the test appends under kubewire's producer: %v", err)
 	}
 
-	before := testutil.ToFloat64(metrics.KafkaSequenceErrors.WithLabelValues("kafka-test", "out_of_order_sequence_number"))
+	before := testutil.ToFloat64(kafka.SequenceErrors.WithLabelValues("kafka-test", "out_of_order_sequence_number"))
 	evs := []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "small-2", 2))}
 	err := s.Write(context.Background(), evs)
 	if !errors.Is(err, kafkago.OutOfOrderSequenceNumber) {
 		t.Fatalf("a Write at a sequence the broker does not expect returned %v, want %v", err, kafkago.OutOfOrderSequenceNumber)
 	}
-	if d := testutil.ToFloat64(metrics.KafkaSequenceErrors.WithLabelValues("kafka-test", "out_of_order_sequence_number")) - before; d != 1 {
+	if d := testutil.ToFloat64(kafka.SequenceErrors.WithLabelValues("kafka-test", "out_of_order_sequence_number")) - before; d != 1 {
 		t.Errorf("kubewire_kafka_producer_sequence_errors_total{error=out_of_order_sequence_number} grew by %v, want 1", d)
 	}
 	if _, e, sq, _ := kafka.ProducerState(s, topic, 0); e != epoch+1 || sq != 0 {

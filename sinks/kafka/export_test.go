@@ -42,3 +42,10 @@ func SetProbeInterval(s sinks.Sink, d time.Duration) { s.(*Sink).probeEvery = d 
 // EncodeWithSDK is the encoding through sdk-go's binding package, the
 // oracle of the direct binary encoding.
 var EncodeWithSDK = encodeWithSDK
+
+// The sink's collectors, for tests that read them.
+var (
+	Oversized      = mOversized
+	ProduceResends = mProduceResends
+	SequenceErrors = mSequenceErrors
+)

@@ -150,9 +150,9 @@ func TestARecordTheBrokerRefusesAsTooLargeDoesNotReportTheConnectionDown(t *test
 			bigObject := sinktest.Object("team-a", "big", 2)
 			bigObject.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
 			big := sinktest.ChangeOf(informer.OpUpdated, bigObject)
-			refused := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference"))
+			refused := testutil.ToFloat64(kafka.Oversized.WithLabelValues("kafka-test", "reference"))
 			write(t, s, big)
-			if testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference")) == refused {
+			if testutil.ToFloat64(kafka.Oversized.WithLabelValues("kafka-test", "reference")) == refused {
 				t.Fatal("the broker did not refuse the event as too large; the test proves nothing")
 			}
 			rec.mu.Lock()

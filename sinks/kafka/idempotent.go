@@ -15,8 +15,6 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
-
-	"github.com/kubewire/kubewire/internal/metrics"
 )
 
 // Idempotent production.
@@ -269,7 +267,7 @@ func (p *partition) produceIdempotent(rs []record, recs []kafkago.Record) error 
 		pr, err := s.takeProducerID(ctx)
 		cancel()
 		if err != nil {
-			metrics.KafkaProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
+			mProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
 			return fmt.Errorf("kafka: produce %d records to %s[%d]: %w", len(rs), p.topic, p.id, err)
 		}
 		p.producer = pr
@@ -287,7 +285,7 @@ func (p *partition) produceIdempotent(rs []record, recs []kafkago.Record) error 
 // not send them again.
 func (p *partition) resend() error {
 	pd := p.pending
-	metrics.KafkaProduceResends.WithLabelValues(p.s.name).Inc()
+	mProduceResends.WithLabelValues(p.s.name).Inc()
 	err := p.sendPending()
 	if err == nil {
 		for _, r := range pd.records {
@@ -343,7 +341,7 @@ func (p *partition) sendPending() error {
 		// election, a truncated log) or its producer state. The batch is
 		// given up under this epoch, and its Writes' retry sends the
 		// records again under the next.
-		metrics.KafkaSequenceErrors.WithLabelValues(s.name, outcome(err)).Inc()
+		mSequenceErrors.WithLabelValues(s.name, outcome(err)).Inc()
 		s.log.Error("Kafka refused the producer's sequence: the broker may have lost records it had acknowledged; moving to a new producer epoch",
 			"topic", p.topic, "partition", p.id, "producerId", p.producer.id, "epoch", p.producer.epoch,
 			"sequence", p.producer.seq, "records", len(pd.records), "copies", pd.sends, "err", err)

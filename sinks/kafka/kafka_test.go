@@ -17,7 +17,6 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
@@ -198,7 +197,7 @@ func TestAnOversizedEventFallsBackToAReferenceAndThePartitionKeepsFlowing(t *tes
 			bigObject := sinktest.Object("team-a", "big", 2)
 			bigObject.Object["spec"] = map[string]any{"blob": strings.Repeat("x", 10000)}
 			big := sinktest.ChangeOf(informer.OpUpdated, bigObject)
-			before := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference"))
+			before := testutil.ToFloat64(kafka.Oversized.WithLabelValues("kafka-test", "reference"))
 			write(t, s,
 				sinktest.Change(informer.OpUpdated, "team-a", "small-1", 1),
 				big,
@@ -221,7 +220,7 @@ func TestAnOversizedEventFallsBackToAReferenceAndThePartitionKeepsFlowing(t *tes
 			if got, want := strings.Join(names, ","), "small-1,big(reference),small-2"; got != want {
 				t.Errorf("the topic holds %s, want %s", got, want)
 			}
-			if d := testutil.ToFloat64(metrics.KafkaOversized.WithLabelValues("kafka-test", "reference")) - before; d != 1 {
+			if d := testutil.ToFloat64(kafka.Oversized.WithLabelValues("kafka-test", "reference")) - before; d != 1 {
 				t.Errorf("kubewire_kafka_oversized_events_total{action=reference} grew by %v, want 1", d)
 			}
 		})

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
-
-	"github.com/kubewire/kubewire/internal/metrics"
 )
 
 // Unit states. A unit moves from queued to taken (by its partition loop,
@@ -268,17 +266,17 @@ func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.Pr
 	defer cancel()
 	start := time.Now()
 	res, err := do(ctx)
-	metrics.ObserveKafkaProduce(s.name, time.Since(start).Seconds())
+	observeProduce(s.name, time.Since(start).Seconds())
 	if err == nil && res != nil && res.Error != nil && !errors.Is(res.Error, kafkago.DuplicateSequenceNumber) {
 		err = res.Error
 	}
 	s.observe(err)
 	if err != nil {
-		metrics.KafkaProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
+		mProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
 		return fmt.Errorf("kafka: produce %d records to %s[%d]: %w", len(rs), p.topic, p.id, err)
 	}
-	metrics.KafkaProduceRequests.WithLabelValues(s.name, "ok").Inc()
-	metrics.KafkaBatchRecords.WithLabelValues(s.name).Observe(float64(len(rs)))
+	mProduceRequests.WithLabelValues(s.name, "ok").Inc()
+	mBatchRecords.WithLabelValues(s.name).Observe(float64(len(rs)))
 	var events, tombstones, markers int
 	for i := range rs {
 		switch rs[i].kind {
@@ -290,8 +288,8 @@ func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.Pr
 			markers++
 		}
 	}
-	metrics.KafkaRecords.WithLabelValues(s.name, kindEvent).Add(float64(events))
-	metrics.KafkaRecords.WithLabelValues(s.name, kindTombstone).Add(float64(tombstones))
-	metrics.KafkaRecords.WithLabelValues(s.name, kindMarker).Add(float64(markers))
+	mRecords.WithLabelValues(s.name, kindEvent).Add(float64(events))
+	mRecords.WithLabelValues(s.name, kindTombstone).Add(float64(tombstones))
+	mRecords.WithLabelValues(s.name, kindMarker).Add(float64(markers))
 	return nil
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
@@ -107,7 +106,7 @@ func TestABatchWhoseFateIsUnknownGoesOutAgainByteForByte(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	resends := testutil.ToFloat64(metrics.KafkaProduceResends.WithLabelValues("kafka-test"))
+	resends := testutil.ToFloat64(kafka.ProduceResends.WithLabelValues("kafka-test"))
 	evs := []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
 	if err := s.Write(context.Background(), evs); err == nil {
 		t.Fatal("a Write answered with REQUEST_TIMED_OUT reported success")
@@ -127,7 +126,7 @@ func TestABatchWhoseFateIsUnknownGoesOutAgainByteForByte(t *testing.T) {
 		id1, e1, s1 := producerFields(copies[1])
 		t.Errorf("the resend differs from the first copy: producer %d/%d/%d, then %d/%d/%d", id0, e0, s0, id1, e1, s1)
 	}
-	if d := testutil.ToFloat64(metrics.KafkaProduceResends.WithLabelValues("kafka-test")) - resends; d != 1 {
+	if d := testutil.ToFloat64(kafka.ProduceResends.WithLabelValues("kafka-test")) - resends; d != 1 {
 		t.Errorf("kubewire_kafka_produce_resends_total grew by %v, want 1", d)
 	}
 	if got := names(t, f.addr(), topic); got != "warm-up/1,a/2" {
@@ -226,12 +225,12 @@ func TestASequenceErrorIsReportedAsPossibleDataLossAndThePartitionRecoversUnderA
 			f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				return produceAnswer(req, c.code), nil, true
 			})
-			before := testutil.ToFloat64(metrics.KafkaSequenceErrors.WithLabelValues("kafka-test", c.label))
+			before := testutil.ToFloat64(kafka.SequenceErrors.WithLabelValues("kafka-test", c.label))
 			evs := []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
 			if err := s.Write(context.Background(), evs); err == nil {
 				t.Fatalf("a Write answered with %s reported success", c.name)
 			}
-			if d := testutil.ToFloat64(metrics.KafkaSequenceErrors.WithLabelValues("kafka-test", c.label)) - before; d != 1 {
+			if d := testutil.ToFloat64(kafka.SequenceErrors.WithLabelValues("kafka-test", c.label)) - before; d != 1 {
 				t.Errorf("kubewire_kafka_producer_sequence_errors_total{error=%q} grew by %v, want 1", c.label, d)
 			}
 			var line string

@@ -12,7 +12,6 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -242,11 +241,11 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, o *outcomes
 		rerr = u.wait(ctx)
 		switch {
 		case rerr == nil:
-			metrics.KafkaOversized.WithLabelValues(s.name, "reference").Inc()
+			mOversized.WithLabelValues(s.name, "reference").Inc()
 			s.log.Warn("event too large for Kafka; sent a reference to the object instead",
 				"id", r.ev.ID(), "partitionkey", string(r.key), "topic", g.p.topic, "bytes", r.size(), "err", err)
 		case errors.Is(rerr, sinks.ErrTooLarge):
-			metrics.KafkaOversized.WithLabelValues(s.name, "dropped").Inc()
+			mOversized.WithLabelValues(s.name, "dropped").Inc()
 			o.fail(r.idx, sinks.Permanent(fmt.Errorf("kafka: event %s is too large for topic %s even as a reference (%d bytes): %w",
 				r.ev.ID(), g.p.topic, rr.size(), rerr)))
 			refused = r.idx

@@ -17,7 +17,6 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -54,7 +53,7 @@ func TestAResentBatchIsStoredOnceBecauseNatsMsgIdDeduplicates(t *testing.T) {
 	// A window of 4 over 10 keys and 5 events each exercises both limits:
 	// the window and one in-flight message per key.
 	evs := events(t, 10, 5)
-	before := testutil.ToFloat64(metrics.NATSDuplicates.WithLabelValues("dedup"))
+	before := testutil.ToFloat64(kwnats.Duplicates.WithLabelValues("dedup"))
 	for attempt := 1; attempt <= 2; attempt++ {
 		if err := s.Write(ctx, evs); err != nil {
 			t.Fatalf("Write attempt %d: %v", attempt, err)
@@ -71,10 +70,10 @@ func TestAResentBatchIsStoredOnceBecauseNatsMsgIdDeduplicates(t *testing.T) {
 	if n := st.CachedInfo().State.Msgs; n != uint64(len(evs)) {
 		t.Fatalf("the stream holds %d messages after the batch was sent twice, want %d", n, len(evs))
 	}
-	if d := testutil.ToFloat64(metrics.NATSDuplicates.WithLabelValues("dedup")) - before; d != float64(len(evs)) {
+	if d := testutil.ToFloat64(kwnats.Duplicates.WithLabelValues("dedup")) - before; d != float64(len(evs)) {
 		t.Fatalf("kubewire_nats_duplicates_total moved by %v, want %d", d, len(evs))
 	}
-	if p := testutil.ToFloat64(metrics.NATSPendingAcks.WithLabelValues("dedup")); p != 0 {
+	if p := testutil.ToFloat64(kwnats.PendingAcks.WithLabelValues("dedup")); p != 0 {
 		t.Fatalf("kubewire_nats_pending_acks is %v after every Write returned, want 0", p)
 	}
 }
@@ -126,7 +125,7 @@ func TestACoreWriteReportsAFullReconnectBufferAndRecoversWhenTheServerReturns(t 
 		last = s.Write(ctx, batch)
 		return errors.Is(last, natsgo.ErrReconnectBufExceeded)
 	}, func() string { return fmt.Sprintf("last error: %v", last) })
-	if n := testutil.ToFloat64(metrics.NATSPublishErrors.WithLabelValues("overflow", "buffer_full")); n == 0 {
+	if n := testutil.ToFloat64(kwnats.PublishErrors.WithLabelValues("overflow", "buffer_full")); n == 0 {
 		t.Error("kubewire_nats_publish_errors_total{reason=buffer_full} did not move")
 	}
 

@@ -261,26 +261,26 @@ func (s *Sink) options() ([]natsgo.Option, error) {
 		natsgo.ReconnectBufSize(c.ReconnectBufferBytes),
 		natsgo.Timeout(c.ConnectTimeout.Duration),
 		natsgo.DisconnectErrHandler(func(nc *natsgo.Conn, err error) {
-			metrics.NATSConnectionEvents.WithLabelValues(s.name, "disconnected").Inc()
+			mConnectionEvents.WithLabelValues(s.name, "disconnected").Inc()
 			s.report(nc, false)
 			if err != nil {
 				s.log.Warn("nats: disconnected", "err", err)
 			}
 		}),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
-			metrics.NATSConnectionEvents.WithLabelValues(s.name, "reconnected").Inc()
+			mConnectionEvents.WithLabelValues(s.name, "reconnected").Inc()
 			s.report(nc, true)
 			s.log.Info("nats: reconnected", "server", nc.ConnectedUrlRedacted())
 		}),
 		natsgo.ClosedHandler(func(nc *natsgo.Conn) {
-			metrics.NATSConnectionEvents.WithLabelValues(s.name, "closed").Inc()
+			mConnectionEvents.WithLabelValues(s.name, "closed").Inc()
 			// Reconnects ran out: down until a Write dials again.
 			s.report(nc, false)
 		}),
 		// Asynchronous errors (a publish permission violation, say) are the
 		// only sign of a core publish that the server dropped.
 		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
-			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+			mPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
 			s.log.Error("nats: asynchronous error", "err", err)
 		}),
 	}
@@ -535,7 +535,7 @@ func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.E
 		}
 		err := tooLarge(nc.PublishMsg(m))
 		if errors.Is(err, sinks.ErrTooLarge) {
-			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+			mPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
 			ref, rerr := s.referenceMessage(events[i])
 			if rerr != nil {
 				o.fail(i, sinks.Permanent(fmt.Errorf("nats: publish event %s to %q: %w, and %w", events[i].ID(), m.Subject, err, rerr)))
@@ -547,12 +547,12 @@ func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.E
 			}
 			m = ref
 			if errors.Is(err, sinks.ErrTooLarge) {
-				metrics.NATSOversized.WithLabelValues(s.name, "dropped").Inc()
+				mOversized.WithLabelValues(s.name, "dropped").Inc()
 				err = fmt.Errorf("even as a reference (%d bytes): %w", msgSize(ref), err)
 			}
 		}
 		if err != nil {
-			metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+			mPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
 			err = fmt.Errorf("nats: publish event %s to %q: %w", events[i].ID(), m.Subject, err)
 			if errors.Is(err, sinks.ErrTooLarge) {
 				o.fail(i, sinks.Permanent(err))
@@ -566,7 +566,7 @@ func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.E
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout.Duration)
 	defer cancel()
 	if err := nc.FlushWithContext(fctx); err != nil {
-		metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+		mPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
 		o.failRest(0, fmt.Errorf("nats: flush %d messages: %w", len(msgs), err))
 	}
 }
@@ -639,7 +639,7 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 
 	fail := func(i int, err error) {
 		err = tooLarge(err)
-		metrics.NATSPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
+		mPublishErrors.WithLabelValues(s.name, reason(err)).Inc()
 		if _, ok := full[i]; !ok && errors.Is(err, sinks.ErrTooLarge) {
 			ref, rerr := s.referenceMessage(events[i])
 			if rerr == nil {
@@ -650,7 +650,7 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 			err = fmt.Errorf("%w, and %w", err, rerr) // still too large: permanent
 		}
 		if _, ok := full[i]; ok && errors.Is(err, sinks.ErrTooLarge) {
-			metrics.NATSOversized.WithLabelValues(s.name, "dropped").Inc()
+			mOversized.WithLabelValues(s.name, "dropped").Inc()
 			err = fmt.Errorf("even as a reference (%d bytes): %w", msgSize(msgs[i]), err)
 		}
 		ferr := fmt.Errorf("nats: event %s to %q: %w", events[i].ID(), msgs[i].Subject, err)
@@ -680,7 +680,7 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 			s.sentReference(events[r.index], m)
 		}
 		if r.ack.Duplicate {
-			metrics.NATSDuplicates.WithLabelValues(s.name).Inc()
+			mDuplicates.WithLabelValues(s.name).Inc()
 		}
 		next(keyOf(r.index))
 	}
@@ -746,7 +746,7 @@ func (s *Sink) publishAsync(js jetstream.JetStream, m *natsgo.Msg, results chan<
 	s.pendingMu.Lock()
 	s.pending[m] = waiter{results: results, index: i}
 	s.pendingMu.Unlock()
-	metrics.NATSPendingAcks.WithLabelValues(s.name).Inc()
+	mPendingAcks.WithLabelValues(s.name).Inc()
 	if _, err := js.PublishMsgAsync(m); err != nil {
 		// No callback follows a failed send: undo here.
 		if s.resolve(m) != nil {
@@ -767,7 +767,7 @@ func (s *Sink) resolve(m *natsgo.Msg) *waiter {
 	if !ok {
 		return nil
 	}
-	metrics.NATSPendingAcks.WithLabelValues(s.name).Dec()
+	mPendingAcks.WithLabelValues(s.name).Dec()
 	return &w
 }
 
@@ -825,7 +825,7 @@ func (s *Sink) referenceMessage(ev *event.Event) (*natsgo.Msg, error) {
 // event because its full message was too large. The log names the event,
 // never its data.
 func (s *Sink) sentReference(ev *event.Event, full *natsgo.Msg) {
-	metrics.NATSOversized.WithLabelValues(s.name, "reference").Inc()
+	mOversized.WithLabelValues(s.name, "reference").Inc()
 	pk, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
 	s.log.Warn("event too large for NATS; sent a reference to the object instead",
 		"id", ev.ID(), "partitionkey", pk, "subject", full.Subject, "bytes", msgSize(full))

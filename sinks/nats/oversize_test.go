@@ -19,7 +19,6 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
@@ -134,7 +133,7 @@ func TestAnEventTooLargeForTheServerArrivesAsAReferenceEventWithItsId(t *testing
 					t.Fatal(err)
 				}
 			}
-			before := testutil.ToFloat64(metrics.NATSOversized.WithLabelValues(name, "reference"))
+			before := testutil.ToFloat64(kwnats.Oversized.WithLabelValues(name, "reference"))
 			if err := s.Write(ctx, evs); err != nil {
 				t.Fatalf("Write: %v", err)
 			}
@@ -193,7 +192,7 @@ func TestAnEventTooLargeForTheServerArrivesAsAReferenceEventWithItsId(t *testing
 			if want := map[string][]string{"small-1": {"1"}, "big": {"2(reference)", "3"}, "small-2": {"4"}}; !reflect.DeepEqual(order, want) {
 				t.Errorf("consumers received, by object, %v; want %v", order, want)
 			}
-			if d := testutil.ToFloat64(metrics.NATSOversized.WithLabelValues(name, "reference")) - before; d != 1 {
+			if d := testutil.ToFloat64(kwnats.Oversized.WithLabelValues(name, "reference")) - before; d != 1 {
 				t.Errorf("kubewire_nats_oversized_events_total{action=reference} grew by %v, want 1", d)
 			}
 		})
@@ -263,12 +262,12 @@ func TestAnEventWhoseReferenceIsTooLargeTooFailsPermanentlyAndIsCountedAsDropped
 			if err != nil {
 				t.Fatal(err)
 			}
-			before := testutil.ToFloat64(metrics.NATSOversized.WithLabelValues(name, "dropped"))
+			before := testutil.ToFloat64(kwnats.Oversized.WithLabelValues(name, "dropped"))
 			err = s.Write(ctx, []*event.Event{ev})
 			if !errors.Is(err, sinks.ErrPermanent) || !errors.Is(err, sinks.ErrTooLarge) || !strings.Contains(err.Error(), "even as a reference") {
 				t.Fatalf("Write = %v; want a permanent, too-large failure that says even the reference was too large", err)
 			}
-			if d := testutil.ToFloat64(metrics.NATSOversized.WithLabelValues(name, "dropped")) - before; d != 1 {
+			if d := testutil.ToFloat64(kwnats.Oversized.WithLabelValues(name, "dropped")) - before; d != 1 {
 				t.Errorf("kubewire_nats_oversized_events_total{action=dropped} grew by %v, want 1", d)
 			}
 		})

@@ -1,89 +1,91 @@
-package metrics
+package kafka
 
 import "github.com/prometheus/client_golang/prometheus"
 
 // Kafka-specific collectors. The generic ones (published, retries, healthy)
-// live in metrics.go and are kept by the dispatcher; these say what the
+// live in internal/metrics and are kept by the dispatcher; these say what the
 // Kafka sink did on the wire and why it struggles.
 var (
-	// KafkaProduceRequests counts produce requests by outcome: ok, or the
+	// mProduceRequests counts produce requests by outcome: ok, or the
 	// Kafka error name (e.g. not_leader_or_follower, message_too_large), or
 	// network for a request whose answer never came.
-	KafkaProduceRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+	mProduceRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubewire_kafka_produce_requests_total",
 		Help: "Kafka produce requests, by sink and outcome (ok, a Kafka error name, or network).",
 	}, []string{"sink", "outcome"})
 
-	// KafkaRecords counts records acknowledged by kind: event, tombstone,
+	// mRecords counts records acknowledged by kind: event, tombstone,
 	// marker (one per partition a snapshot marker is copied to).
-	KafkaRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
+	mRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubewire_kafka_records_total",
 		Help: "Kafka records acknowledged, by sink and kind (event, tombstone, marker).",
 	}, []string{"sink", "kind"})
 
-	// KafkaOversized counts events the broker refused as too large, by what
+	// mOversized counts events the broker refused as too large, by what
 	// happened next: reference (sent again with a reference payload) or
 	// dropped (even the reference was refused).
-	KafkaOversized = prometheus.NewCounterVec(prometheus.CounterOpts{
+	mOversized = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubewire_kafka_oversized_events_total",
 		Help: "Events refused by Kafka as too large, by sink and action (reference: sent with a reference payload; dropped).",
 	}, []string{"sink", "action"})
 
-	// KafkaBatchRecords observes how many records each produce request
+	// mBatchRecords observes how many records each produce request
 	// carried: whether linger and batch limits do what was intended.
-	KafkaBatchRecords = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	mBatchRecords = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kubewire_kafka_batch_records",
 		Help:    "Records per Kafka produce request, by sink.",
 		Buckets: prometheus.ExponentialBuckets(1, 4, 7),
 	}, []string{"sink"})
 
-	// KafkaProduceResends counts produce requests sent again, byte for
+	// mProduceResends counts produce requests sent again, byte for
 	// byte with the same producer id, epoch and sequence, because the
 	// answer to an earlier copy never came. The broker appends such a
 	// request once, however many copies it gets.
-	KafkaProduceResends = prometheus.NewCounterVec(prometheus.CounterOpts{
+	mProduceResends = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubewire_kafka_produce_resends_total",
 		Help: "Kafka produce requests resent unchanged, for the broker to deduplicate, after an earlier copy's answer was lost, by sink.",
 	}, []string{"sink"})
 
-	// KafkaSequenceErrors counts batches the broker refused because their
+	// mSequenceErrors counts batches the broker refused because their
 	// sequence did not follow what it holds of the producer:
 	// out_of_order_sequence_number or unknown_producer_id. Either can mean
 	// that the broker lost records it had acknowledged.
-	KafkaSequenceErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+	mSequenceErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubewire_kafka_producer_sequence_errors_total",
 		Help: "Kafka batches refused for their idempotent producer sequence (possible data loss on the broker), by sink and error.",
 	}, []string{"sink", "error"})
 
-	// KafkaProduceDuration observes produce round trips, named like the
+	// mProduceDuration observes produce round trips, named like the
 	// other duration histograms (_duration_seconds).
-	KafkaProduceDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	mProduceDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kubewire_kafka_produce_duration_seconds",
 		Help:    "Duration of Kafka produce round trips, by sink.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 	}, []string{"sink"})
 
-	// KafkaProduceSeconds is KafkaProduceDuration under its old name, kept
+	// mProduceSeconds is mProduceDuration under its old name, kept
 	// and observed for one release so that dashboards can move over.
 	//
-	// Deprecated: use KafkaProduceDuration
+	// Deprecated: use mProduceDuration
 	// (kubewire_kafka_produce_duration_seconds); this goes away in the next
 	// release.
-	KafkaProduceSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	mProduceSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kubewire_kafka_produce_seconds",
 		Help:    "Deprecated: use kubewire_kafka_produce_duration_seconds; removed in the next release. Duration of Kafka produce round trips, by sink.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 	}, []string{"sink"})
 )
 
-// ObserveKafkaProduce records one produce round trip of sink under both the
+// observeProduce records one produce round trip of sink under both the
 // current and the deprecated histogram name.
-func ObserveKafkaProduce(sink string, seconds float64) {
-	KafkaProduceDuration.WithLabelValues(sink).Observe(seconds)
-	KafkaProduceSeconds.WithLabelValues(sink).Observe(seconds)
+func observeProduce(sink string, seconds float64) {
+	mProduceDuration.WithLabelValues(sink).Observe(seconds)
+	mProduceSeconds.WithLabelValues(sink).Observe(seconds)
 }
 
-func init() {
-	register(KafkaProduceRequests, KafkaRecords, KafkaOversized, KafkaBatchRecords, KafkaProduceDuration, KafkaProduceSeconds,
-		KafkaProduceResends, KafkaSequenceErrors)
+// Collectors lists the Kafka sink's own collectors; the registry of sink
+// types registers them (sinks.NewRegistry).
+func (*Config) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{mProduceRequests, mRecords, mOversized, mBatchRecords, mProduceDuration, mProduceSeconds,
+		mProduceResends, mSequenceErrors}
 }

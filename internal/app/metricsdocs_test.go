@@ -1,4 +1,4 @@
-package metrics
+package app_test
 
 import (
 	"os"
@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kubewire/kubewire/internal/app"
+	"github.com/kubewire/kubewire/internal/metrics"
 )
 
 // registeredNames describes every collector register put in Registry and
@@ -20,7 +23,8 @@ func registeredNames(t *testing.T) map[string]bool {
 	t.Helper()
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	names := map[string]bool{}
-	for _, c := range registered {
+	app.DefaultRegistry() // registers every sink type's collectors
+	for _, c := range metrics.Registered() {
 		ch := make(chan *prometheus.Desc)
 		go func() { c.Describe(ch); close(ch) }()
 		for d := range ch {
@@ -99,13 +103,13 @@ func TestEveryKubewireMetricInTheRegistryWasRegisteredThroughRegister(t *testing
 	// A collector added with Registry.MustRegister directly would escape
 	// the docs check above; those with a series at least show here.
 	known := registeredNames(t)
-	mfs, err := Registry.Gather()
+	mfs, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
 		if n := mf.GetName(); strings.HasPrefix(n, "kubewire_") && !known[n] {
-			t.Errorf("%s is in Registry but was not added with register()", n)
+			t.Errorf("%s is in Registry but was not added with metrics.Register", n)
 		}
 	}
 }

@@ -1,15 +1,18 @@
-package metrics
+package kafka
 
 import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kubewire/kubewire/internal/metrics"
 )
 
 func TestAKafkaProduceIsObservedUnderBothTheNewAndTheDeprecatedHistogramName(t *testing.T) {
-	ObserveKafkaProduce("renametest", 0.25)
+	metrics.Register((*Config)(nil).Collectors()...)
+	observeProduce("renametest", 0.25)
 	for _, name := range []string{"kubewire_kafka_produce_duration_seconds", "kubewire_kafka_produce_seconds"} {
-		mfs, err := Registry.Gather()
+		mfs, err := metrics.Registry.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +34,7 @@ func TestAKafkaProduceIsObservedUnderBothTheNewAndTheDeprecatedHistogramName(t *
 			t.Fatalf("%s has no series for the sink", name)
 		}
 	}
-	if n := testutil.CollectAndCount(KafkaProduceDuration); n < 1 {
-		t.Fatalf("KafkaProduceDuration collects %d series", n)
+	if n := testutil.CollectAndCount(mProduceDuration); n < 1 {
+		t.Fatalf("mProduceDuration collects %d series", n)
 	}
 }
