@@ -55,37 +55,6 @@ var (
 	batchValue       = []string{ContentTypeBatch}
 )
 
-// encodeHeaderValue percent-encodes an attribute's canonical string as the
-// HTTP binding (3.1.3.2) requires: space, double quote, percent and every
-// byte outside printable ASCII (U+0021..U+007E) become %XY, byte by byte of
-// the UTF-8 encoding. Other characters are kept, so ordinary values stay as
-// they are and receivers that do not decode (sdk-go's) read them unchanged.
-// No control character survives, so net/http never refuses the header.
-func encodeHeaderValue(s string) string {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if mustEscape(s[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return s
-	}
-	const hex = "0123456789ABCDEF"
-	b := make([]byte, 0, len(s)+2*n)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if mustEscape(c) {
-			b = append(b, '%', hex[c>>4], hex[c&0xf])
-		} else {
-			b = append(b, c)
-		}
-	}
-	return string(b)
-}
-
-func mustEscape(c byte) bool { return c == ' ' || c == '"' || c == '%' || c < 0x21 || c > 0x7e }
-
 // binaryHeader maps ev's context to binary-mode headers: one ce- header per
 // attribute and extension, and datacontenttype as Content-Type. extra is
 // how many more headers the caller adds, so that the map is sized once.
@@ -102,7 +71,7 @@ func binaryHeader(ev *event.Event, extra int) (nethttp.Header, error) {
 	h := make(nethttp.Header, n+extra)
 	vals := make([]string, 0, n)
 	set := func(name, v string) {
-		vals = append(vals, encodeHeaderValue(v))
+		vals = append(vals, encoding.EncodeHeaderValue(v))
 		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	h[headerSpecVersion] = specVersionValue

@@ -2,10 +2,8 @@ package nats
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
@@ -29,111 +27,6 @@ const ContentTypeStructured = "application/cloudevents+json"
 // every other attribute, so a Content-Type would flip a reader to structured.
 const headerContentType = "Content-Type"
 
-// EncodeHeaderValue percent-encodes an attribute's canonical string as the
-// NATS binding (3.1.3.2) requires: space, double quote, percent and every
-// byte outside printable ASCII (U+0021..U+007E) become %XY with upper-case
-// hex, byte by byte of the UTF-8 encoding. Everything else is kept, so a
-// plain value stays readable and readers that do not decode (sdk-go's) still
-// see ordinary values unchanged.
-func EncodeHeaderValue(s string) string {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if mustEscape(s[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return s
-	}
-	const hex = "0123456789ABCDEF"
-	b := make([]byte, 0, len(s)+2*n)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if mustEscape(c) {
-			b = append(b, '%', hex[c>>4], hex[c&0xf])
-		} else {
-			b = append(b, c)
-		}
-	}
-	return string(b)
-}
-
-// mustEscape reports whether a byte of a UTF-8 string must be
-// percent-encoded. Bytes of a multi-byte character are all >= 0x80, so
-// encoding byte by byte is encoding each character's UTF-8 sequence.
-func mustEscape(c byte) bool {
-	return c == ' ' || c == '"' || c == '%' || c < 0x21 || c > 0x7e
-}
-
-// ErrBadHeaderValue is returned by DecodeHeaderValue for a value the binding
-// says must be rejected.
-var ErrBadHeaderValue = errors.New("invalid CloudEvents NATS header value")
-
-// DecodeHeaderValue is the receiving side of the binding, for consumers
-// written in Go and for our tests: it first removes RFC 7230 double-quoting
-// (with backslash escapes), which older senders used, then performs one round
-// of percent-decoding, accepting lower-case hex and needlessly encoded
-// characters, and rejects a result that is not valid UTF-8 (such as the
-// overlong %C0%A0).
-func DecodeHeaderValue(v string) (string, error) {
-	if len(v) >= 2 && v[0] == '"' {
-		var b strings.Builder
-		i := 1
-		for ; i < len(v) && v[i] != '"'; i++ {
-			if v[i] == '\\' {
-				i++
-				if i == len(v) {
-					return "", fmt.Errorf("%w: quoted string ends in a backslash", ErrBadHeaderValue)
-				}
-			}
-			b.WriteByte(v[i])
-		}
-		if i != len(v)-1 {
-			return "", fmt.Errorf("%w: unterminated or trailing data after quoted string", ErrBadHeaderValue)
-		}
-		v = b.String()
-	}
-	if !strings.Contains(v, "%") {
-		if !utf8.ValidString(v) {
-			return "", fmt.Errorf("%w: not UTF-8", ErrBadHeaderValue)
-		}
-		return v, nil
-	}
-	out := make([]byte, 0, len(v))
-	for i := 0; i < len(v); i++ {
-		if v[i] != '%' {
-			out = append(out, v[i])
-			continue
-		}
-		if i+2 >= len(v) {
-			return "", fmt.Errorf("%w: truncated percent-encoding at offset %d", ErrBadHeaderValue, i)
-		}
-		hi, ok1 := unhex(v[i+1])
-		lo, ok2 := unhex(v[i+2])
-		if !ok1 || !ok2 {
-			return "", fmt.Errorf("%w: bad percent-encoding %q at offset %d", ErrBadHeaderValue, v[i:i+3], i)
-		}
-		out = append(out, hi<<4|lo)
-		i += 2
-	}
-	if !utf8.Valid(out) {
-		return "", fmt.Errorf("%w: percent-decoded bytes are not valid UTF-8", ErrBadHeaderValue)
-	}
-	return string(out), nil
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
 // binaryMessage maps ev to a binary-mode message: every attribute, extensions
 // included, in its own ce- header with a percent-encoded value; the data,
 // untouched, as the body.
@@ -156,7 +49,7 @@ func binaryMessage(subject string, ev *event.Event) (*natsgo.Msg, error) {
 	h := make(natsgo.Header, n)
 	vals := make([]string, 0, n)
 	set := func(name, v string) {
-		vals = append(vals, EncodeHeaderValue(v))
+		vals = append(vals, encoding.EncodeHeaderValue(v))
 		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	set(headerSpecVersion, event.CloudEventsVersionV1)
@@ -194,7 +87,7 @@ func binaryMessage(subject string, ev *event.Event) (*natsgo.Msg, error) {
 // context that is not 1.0; tests hold binaryMessage to it.
 func binaryMessageOf(subject string, ev *event.Event) (*natsgo.Msg, error) {
 	h := make(natsgo.Header, 8+len(ev.Extensions()))
-	set := func(name, v string) { h[HeaderPrefix+name] = []string{EncodeHeaderValue(v)} }
+	set := func(name, v string) { h[HeaderPrefix+name] = []string{encoding.EncodeHeaderValue(v)} }
 	set("specversion", ev.SpecVersion())
 	set("id", ev.ID())
 	set("source", ev.Source())

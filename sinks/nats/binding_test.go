@@ -12,6 +12,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
@@ -35,7 +36,7 @@ func TestHeaderValuesArePercentEncodedAsTheBindingRequires(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := kwnats.EncodeHeaderValue(c.in)
+			got := encoding.EncodeHeaderValue(c.in)
 			if got != c.want {
 				t.Fatalf("EncodeHeaderValue(%q) = %q, want %q", c.in, got, c.want)
 			}
@@ -73,9 +74,9 @@ func TestHeaderValuesAreDecodedAsTheBindingRequires(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := kwnats.DecodeHeaderValue(c.in)
+			got, err := encoding.DecodeHeaderValue(c.in)
 			if c.bad {
-				if !errors.Is(err, kwnats.ErrBadHeaderValue) {
+				if !errors.Is(err, encoding.ErrBadHeaderValue) {
 					t.Fatalf("DecodeHeaderValue(%q) = %q, %v; want ErrBadHeaderValue", c.in, got, err)
 				}
 				return
@@ -92,13 +93,13 @@ func FuzzHeaderValuesRoundTripAndStayPrintable(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		enc := kwnats.EncodeHeaderValue(s)
+		enc := encoding.EncodeHeaderValue(s)
 		for i := 0; i < len(enc); i++ {
 			if b := enc[i]; b < 0x21 || b > 0x7e || b == '"' {
 				t.Fatalf("EncodeHeaderValue(%q) = %q holds byte %#x", s, enc, b)
 			}
 		}
-		dec, err := kwnats.DecodeHeaderValue(enc)
+		dec, err := encoding.DecodeHeaderValue(enc)
 		switch {
 		case !utf8.ValidString(s):
 			// Attribute values are strings; bytes that are not UTF-8

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,12 +74,11 @@ func PartitionKeyOfKV(key string) (string, error) {
 				if j+2 >= len(s) {
 					return "", fmt.Errorf("nats: bucket key %q: a truncated escape", key)
 				}
-				hi, ok1 := unhex(s[j+1])
-				lo, ok2 := unhex(s[j+2])
-				if !ok1 || !ok2 {
+				c, err := strconv.ParseUint(s[j+1:j+3], 16, 8)
+				if err != nil {
 					return "", fmt.Errorf("nats: bucket key %q: a bad escape", key)
 				}
-				b.WriteByte(hi<<4 | lo)
+				b.WriteByte(byte(c))
 				j += 2
 			default:
 				b.WriteByte(c)

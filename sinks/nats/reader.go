@@ -28,7 +28,7 @@ func DecodeMessage(h natsgo.Header, data []byte) (*event.Event, error) {
 		v := vs[0]
 		if strings.HasPrefix(strings.ToLower(k), "ce-") {
 			var err error
-			if v, err = DecodeHeaderValue(v); err != nil {
+			if v, err = encoding.DecodeHeaderValue(v); err != nil {
 				return nil, fmt.Errorf("nats: header %s: %w", k, err)
 			}
 		}
