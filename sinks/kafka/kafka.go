@@ -93,6 +93,9 @@ var ErrClosed = errors.New("kafka: sink is closed")
 // New builds a Kafka sink from its block, defaulted here for a block built in code. Nothing connects until
 // Connect.
 func New(name string, cfg *Config, deps sinks.Deps) (sinks.Sink, error) {
+	// A sink built without the registry of sink types (a program that
+	// uses this package alone) still exports its metrics.
+	metrics.Register(cfg.Collectors()...)
 	c := cfg.Defaulted()
 	log := deps.Logger
 	if log == nil {

@@ -20,6 +20,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -105,6 +106,9 @@ func (s *Sink) report(nc *natsgo.Conn, up bool) {
 
 // New builds a NATS sink from its block, defaulted here for a block built in code. Nothing connects until Connect.
 func New(name string, cfg *Config, deps sinks.Deps) (sinks.Sink, error) {
+	// A sink built without the registry of sink types (a program that
+	// uses this package alone) still exports its metrics.
+	metrics.Register(cfg.Collectors()...)
 	c := cfg.Defaulted()
 	tmpl, err := CompileTemplate(c.Subject)
 	if err != nil {
