@@ -82,20 +82,7 @@ type Batch struct {
 }
 
 // TLS configures TLS to the receiver.
-type TLS struct {
-	// CAFile holds the PEM certificates that verify the receiver. Default:
-	// the system roots.
-	CAFile string `json:"caFile,omitempty"`
-	// CertFile and KeyFile hold the client certificate and key, for mutual
-	// TLS. Both or neither.
-	CertFile string `json:"certFile,omitempty"`
-	KeyFile  string `json:"keyFile,omitempty"`
-	// ServerName overrides the name verified in the receiver's certificate.
-	ServerName string `json:"serverName,omitempty"`
-	// InsecureSkipVerify turns off certificate verification. Only for
-	// tests: anyone on the path can then read and forge the stream.
-	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
-}
+type TLS = config.TLS
 
 // Auth is a header whose value is a secret read from a file. The value is
 // never written in the configuration and never logged.
@@ -228,14 +215,7 @@ func (c *Config) Validate(p *field.Path, _ []config.Route) field.ErrorList {
 			errs = append(errs, field.Forbidden(tp, fmt.Sprintf(
 				"applies only to an https:// URL (the %s is %s://); use https:// to turn TLS on", from, target.Scheme)))
 		}
-		if (t.CertFile == "") != (t.KeyFile == "") {
-			errs = append(errs, field.Invalid(tp, fmt.Sprintf("certFile=%q keyFile=%q", t.CertFile, t.KeyFile),
-				"certFile and keyFile must be set together (client certificate and its key) or not at all"))
-		}
-		if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
-			errs = append(errs, field.Forbidden(tp.Child("insecureSkipVerify"),
-				"contradicts caFile and serverName, which only matter when certificates are verified; remove one or the other"))
-		}
+		errs = append(errs, t.Validate(tp)...)
 	}
 
 	if a := c.Auth; a != nil {
@@ -430,9 +410,7 @@ func (c *Config) Warnings(p *field.Path) []string {
 func (c *Config) Files(p *field.Path) []config.FileRef {
 	var refs []config.FileRef
 	if t := c.TLS; t != nil {
-		refs = config.AddFile(refs, p.Child("tls", "caFile"), t.CAFile)
-		refs = config.AddFile(refs, p.Child("tls", "certFile"), t.CertFile)
-		refs = config.AddFile(refs, p.Child("tls", "keyFile"), t.KeyFile)
+		refs = t.Files(p.Child("tls"))
 	}
 	if a := c.Auth; a != nil {
 		refs = config.AddFile(refs, p.Child("auth", "valueFile"), a.ValueFile)

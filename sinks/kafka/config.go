@@ -158,20 +158,7 @@ type Batch struct {
 }
 
 // TLS configures TLS to the brokers.
-type TLS struct {
-	// CAFile holds the PEM certificates that verify the brokers. Default:
-	// the system roots.
-	CAFile string `json:"caFile,omitempty"`
-	// CertFile and KeyFile hold the client certificate and key, for mutual
-	// TLS. Both or neither.
-	CertFile string `json:"certFile,omitempty"`
-	KeyFile  string `json:"keyFile,omitempty"`
-	// ServerName overrides the name verified in the brokers' certificates.
-	ServerName string `json:"serverName,omitempty"`
-	// InsecureSkipVerify turns off certificate verification. Only for
-	// tests: anyone on the path can then read and forge the stream.
-	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
-}
+type TLS = config.TLS
 
 // SASL configures SASL. The password is only ever read from a file or
 // an environment variable, never written in the configuration, and never
@@ -414,15 +401,7 @@ func validateKafkaSink(p *field.Path, k *Config) field.ErrorList {
 	errs = append(errs, config.ValidatePositiveDuration(p.Child("dialTimeout"), k.DialTimeout)...)
 
 	if t := k.TLS; t != nil {
-		tp := p.Child("tls")
-		if (t.CertFile == "") != (t.KeyFile == "") {
-			errs = append(errs, field.Invalid(tp, fmt.Sprintf("certFile=%q keyFile=%q", t.CertFile, t.KeyFile),
-				"certFile and keyFile must be set together (client certificate and its key) or not at all"))
-		}
-		if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
-			errs = append(errs, field.Forbidden(tp.Child("insecureSkipVerify"),
-				"contradicts caFile and serverName, which only matter when certificates are verified; remove one or the other"))
-		}
+		errs = append(errs, t.Validate(p.Child("tls"))...)
 	}
 
 	if s := k.SASL; s != nil {
@@ -624,9 +603,7 @@ func (k *Config) Warnings(p *field.Path) []string {
 func (k *Config) Files(p *field.Path) []config.FileRef {
 	var refs []config.FileRef
 	if t := k.TLS; t != nil {
-		refs = config.AddFile(refs, p.Child("tls", "caFile"), t.CAFile)
-		refs = config.AddFile(refs, p.Child("tls", "certFile"), t.CertFile)
-		refs = config.AddFile(refs, p.Child("tls", "keyFile"), t.KeyFile)
+		refs = t.Files(p.Child("tls"))
 	}
 	if s := k.SASL; s != nil {
 		refs = config.AddFile(refs, p.Child("sasl", "passwordFile"), s.PasswordFile)
