@@ -58,7 +58,7 @@ func (s *Sink) newRecord(ev *event.Event) (record, error) {
 	if isMarker(ev) {
 		kind = kindMarker
 	}
-	object, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+	object := encoding.Extension(ev, encoding.ExtPartitionKey)
 	return record{key: m.Key, value: m.Value, headers: m.Headers, time: ev.Time(), kind: kind, ev: ev, src: ev, object: object}, nil
 }
 

@@ -48,7 +48,7 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 	// Each key's messages, in order; keys in order of first appearance.
 	var keys []string
 	queue := map[string][]int{}
-	keyOf := func(i int) string { k, _ := events[i].Extensions()[encoding.ExtPartitionKey].(string); return k }
+	keyOf := func(i int) string { return encoding.Extension(events[i], encoding.ExtPartitionKey) }
 	for i := range events {
 		if msgs[i] == nil {
 			continue // refused already

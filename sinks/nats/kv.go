@@ -149,7 +149,7 @@ func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream
 		if o.failed(i) {
 			continue // the stream did not take it
 		}
-		key, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+		key := encoding.Extension(ev, encoding.ExtPartitionKey)
 		switch ev.Type() {
 		case encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeSynced:
 			m, err := s.kvPut(prefix+KVKey(key), ev)
@@ -164,7 +164,7 @@ func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream
 			msgs, owner = append(msgs, m), append(owner, i)
 		case encoding.TypeSnapshotStarted, encoding.TypeSnapshotCompleted:
 			flush()
-			sid, _ := ev.Extensions()[encoding.ExtSnapshotID].(string)
+			sid := encoding.Extension(ev, encoding.ExtSnapshotID)
 			wk := kvWindowKey{key, sid}
 			if ev.Type() == encoding.TypeSnapshotStarted {
 				last, err := kvLastRevision(ctx, kv)

@@ -35,7 +35,7 @@ func (s *Sink) referenceMessage(ev *event.Event) (*natsgo.Msg, error) {
 // never its data.
 func (s *Sink) sentReference(ev *event.Event, full *natsgo.Msg) {
 	mOversized.WithLabelValues(s.name, "reference").Inc()
-	pk, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+	pk := encoding.Extension(ev, encoding.ExtPartitionKey)
 	s.log.Warn("event too large for NATS; sent a reference to the object instead",
 		"id", ev.ID(), "partitionkey", pk, "subject", full.Subject, "bytes", msgSize(full))
 }

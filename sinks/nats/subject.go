@@ -157,10 +157,7 @@ func valuesOf(ev *event.Event) (subjectValues, error) {
 	if !ok {
 		return v, fmt.Errorf("event %s: source %q is not a kubewire resource source", ev.ID(), ev.Source())
 	}
-	ext := func(name string) string {
-		s, _ := ev.Extensions()[name].(string)
-		return s
-	}
+	ext := func(name string) string { return encoding.Extension(ev, name) }
 	cluster := ext(encoding.ExtCluster)
 	if cluster == "" {
 		cluster = src.Cluster

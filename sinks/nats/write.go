@@ -102,7 +102,7 @@ func (o *outcomes) holdBack(events []*event.Event) {
 	}
 	var failedKeys map[string]bool
 	for i, ev := range events {
-		k, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+		k := encoding.Extension(ev, encoding.ExtPartitionKey)
 		err := o.be.Err(i)
 		switch {
 		case err == nil && failedKeys[k]:

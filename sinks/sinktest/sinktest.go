@@ -405,7 +405,7 @@ func sameJSON(a, b []byte) bool {
 }
 
 func key(ev *event.Event) string {
-	k, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
+	k := encoding.Extension(ev, encoding.ExtPartitionKey)
 	return k
 }
 
