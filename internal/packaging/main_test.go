@@ -18,7 +18,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/packaging"
 	"github.com/kubewire/kubewire/internal/testcluster"
-	"strings"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // The real kube-apiserver and etcd start on first use, not in TestMain:
@@ -124,12 +124,5 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func refusesToRender(t *testing.T, vals string, want []string) {
 	t.Helper()
 	_, err := packaging.Render(chartDir, packaging.Release{Name: "kw", Namespace: "platform", Values: values(t, vals)})
-	if err == nil {
-		t.Fatal("rendered without error")
-	}
-	for _, part := range want {
-		if !strings.Contains(err.Error(), part) {
-			t.Errorf("error does not say %q:\n%v", part, err)
-		}
-	}
+	testkit.ErrorSays(t, err, want...)
 }

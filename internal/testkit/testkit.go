@@ -8,6 +8,7 @@ package testkit
 import (
 	"bytes"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,4 +75,19 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// ErrorSays fails t unless err is an error whose message contains every
+// part of want: the check behind every "bad input names the field, the
+// value and what was expected" test.
+func ErrorSays(t testing.TB, err error, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error; want one that says %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("the error does not say %q:\n%v", w, err)
+		}
+	}
 }

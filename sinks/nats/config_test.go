@@ -9,6 +9,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks/nats"
 )
 
@@ -410,14 +411,7 @@ func TestNATSPasswordsAndTokensWithoutTLSAreRefusedUnlessAllowInsecureIsSet(t *t
 				}
 				return
 			}
-			if err == nil {
-				t.Fatal("the configuration was accepted")
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("the error lacks %q:\n%s", w, err)
-				}
-			}
+			testkit.ErrorSays(t, err, c.want...)
 		})
 	}
 }
@@ -502,14 +496,7 @@ func TestAnExplicitZeroInANATSBlockIsRejectedRatherThanDefaulted(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := config.Parse([]byte(c.yaml), app.DefaultRegistry())
-			if err == nil {
-				t.Fatal("the configuration was accepted")
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("the error lacks %q:\n%s", w, err)
-				}
-			}
+			testkit.ErrorSays(t, err, c.want...)
 		})
 	}
 }
