@@ -131,7 +131,7 @@ func Event(c *informer.Change) (*event.Event, error) {
 			ext[ExtFinalStateUnknown] = trueValue
 		}
 		if hasCB {
-			cb.set(ext)
+			cb.set(ext, ra)
 		}
 		data, err = objectData(c)
 	}
@@ -197,6 +197,31 @@ type resourceAttributes struct {
 	// invalid is what event validation finds wrong with these attributes,
 	// the same error the setters and Validate gave.
 	invalid error
+
+	// boxed holds the changedby and changeop values boxed once: a resource
+	// sees a handful of field managers and operations, and boxing each
+	// event's copy would allocate twice per event. At most maxBoxed values
+	// are kept, so a client that invents manager names cannot grow it.
+	boxed  sync.Map // string → any
+	nBoxed atomic.Int32
+}
+
+// maxBoxed bounds resourceAttributes.boxed.
+const maxBoxed = 64
+
+// box returns s as an interface value, boxed once per resource while
+// fewer than maxBoxed values are kept.
+func (ra *resourceAttributes) box(s string) any {
+	if v, ok := ra.boxed.Load(s); ok {
+		return v
+	}
+	var v any = s
+	if ra.nBoxed.Load() < maxBoxed {
+		if _, loaded := ra.boxed.LoadOrStore(s, v); !loaded {
+			ra.nBoxed.Add(1)
+		}
+	}
+	return v
 }
 
 // maxCachedResources bounds the cache of resource attributes. kubewire

@@ -57,3 +57,21 @@ func TestExtensionReadsAStringExtensionWithoutCopyingTheMap(t *testing.T) {
 		}
 	}
 }
+
+// The changedby values are boxed once per resource, and a client that
+// invents field manager names cannot grow what is kept.
+func TestBoxedChangedByValuesAreBoundedAndUnchanged(t *testing.T) {
+	ra := &resourceAttributes{}
+	for i := range 3 * maxBoxed {
+		s := "manager-" + strconv.Itoa(i)
+		if got := ra.box(s); got != s {
+			t.Fatalf("box(%q) = %v", s, got)
+		}
+	}
+	if n := ra.nBoxed.Load(); n != maxBoxed {
+		t.Errorf("kept %d boxed values, want the bound %d", n, maxBoxed)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = ra.box("manager-1") }); n != 0 {
+		t.Errorf("boxing a kept value allocates %v times", n)
+	}
+}

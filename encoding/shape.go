@@ -33,13 +33,14 @@ func (p provenance) count() int {
 	return n
 }
 
-// set adds the changedby extensions that have a value.
-func (p provenance) set(ext map[string]any) {
+// set adds the changedby extensions that have a value. The manager and
+// the operation repeat across events, so they are boxed once per resource.
+func (p provenance) set(ext map[string]any, ra *resourceAttributes) {
 	if p.manager != "" {
-		ext[ExtChangedBy] = p.manager
+		ext[ExtChangedBy] = ra.box(p.manager)
 	}
 	if p.operation != "" {
-		ext[ExtChangeOp] = p.operation
+		ext[ExtChangeOp] = ra.box(p.operation)
 	}
 	if p.time != "" {
 		ext[ExtChangeTime] = p.time
