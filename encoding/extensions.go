@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	cetypes "github.com/cloudevents/sdk-go/v2/types"
 	"github.com/kubewire/kubewire/internal/shape"
 )
 
@@ -99,4 +100,14 @@ func Extension(ev *event.Event, name string) string {
 	}
 	s, _ := m[name].(string)
 	return s
+}
+
+// ExtensionValue is an extension value's canonical string, as the binary
+// bindings put it in a header. kubewire's values are strings already; any
+// other type goes through sdk-go's canonical formatting.
+func ExtensionValue(v any) (string, error) {
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	return cetypes.Format(v)
 }

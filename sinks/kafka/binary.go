@@ -73,11 +73,9 @@ func encodeBinary(ev *event.Event) (m kafkago.Message, ok bool, err error) {
 		add(headerTime, buf[start:len(buf):len(buf)])
 	}
 	for name, v := range c.Extensions {
-		s, isString := v.(string)
-		if !isString {
-			if s, err = types.Format(v); err != nil {
-				return kafkago.Message{}, true, err
-			}
+		s, err := encoding.ExtensionValue(v)
+		if err != nil {
+			return kafkago.Message{}, true, err
 		}
 		add(extensionHeaders.Extension(name), str(s))
 	}

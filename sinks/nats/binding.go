@@ -71,12 +71,9 @@ func binaryMessage(subject string, ev *event.Event) (*natsgo.Msg, error) {
 		}
 	}
 	for name, v := range c.Extensions {
-		s, isString := v.(string)
-		if !isString {
-			var err error
-			if s, err = types.Format(v); err != nil {
-				return nil, fmt.Errorf("extension %q: %w", name, err)
-			}
+		s, err := encoding.ExtensionValue(v)
+		if err != nil {
+			return nil, fmt.Errorf("extension %q: %w", name, err)
 		}
 		set(extensionHeaders.Extension(name), s)
 	}
