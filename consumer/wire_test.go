@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubewire/kubewire/consumer"
@@ -57,9 +56,9 @@ func write(t *testing.T, s sinks.Sink, batches [][]*informer.Change) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, b := range batches {
-		evs := make([]*event.Event, 0, len(b))
+		evs := make([]*encoding.Event, 0, len(b))
 		for _, c := range b {
-			ev, err := encoding.Event(c)
+			ev, err := encoding.New(c)
 			if err != nil {
 				t.Fatal(err)
 			}

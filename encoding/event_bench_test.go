@@ -26,14 +26,14 @@ func BenchmarkEvent(b *testing.B) {
 	for _, k := range benchdata.Kinds {
 		b.Run(k.Name, func(b *testing.B) {
 			c := benchChange(k)
-			ev, err := encoding.Event(c)
+			ev, err := encoding.New(c)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.SetBytes(int64(len(ev.Data())))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := encoding.Event(c); err != nil {
+				if _, err := encoding.New(c); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -64,14 +64,14 @@ func BenchmarkEventRaw(b *testing.B) {
 	for _, k := range benchdata.Kinds {
 		b.Run(k.Name, func(b *testing.B) {
 			c := benchRawChange(k)
-			ev, err := encoding.Event(c)
+			ev, err := encoding.New(c)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.SetBytes(int64(len(ev.Data())))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := encoding.Event(c); err != nil {
+				if _, err := encoding.New(c); err != nil {
 					b.Fatal(err)
 				}
 			}

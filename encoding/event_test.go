@@ -26,7 +26,7 @@ func widget() *unstructured.Unstructured {
 func TestAnObjectEventFollowsTheContract(t *testing.T) {
 	r := informer.NewResource("prod", schema.GroupVersionResource{Group: "demo.kubewire.io", Version: "v1", Resource: "widgets"}, "Widget", true)
 	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	ev, err := encoding.Event(&informer.Change{Op: informer.OpDeleted, Resource: r, Key: r.ObjectKey("team-a", "w1"), Object: informer.FromUnstructured(widget()), FinalStateUnknown: true, Observed: at})
+	ev, err := encoding.New(&informer.Change{Op: informer.OpDeleted, Resource: r, Key: r.ObjectKey("team-a", "w1"), Object: informer.FromUnstructured(widget()), FinalStateUnknown: true, Observed: at})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestCoreGroupClusterScopedAndSnapshotRecordsUseTheirForms(t *testing.T) {
 	u.SetName("team-a")
 	u.SetUID("u9")
 	u.SetResourceVersion("7")
-	ev, err := encoding.Event(&informer.Change{Op: informer.OpSynced, Resource: r, Key: r.ObjectKey("", "team-a"), Object: informer.FromUnstructured(u), SnapshotID: "s1", Observed: time.Now()})
+	ev, err := encoding.New(&informer.Change{Op: informer.OpSynced, Resource: r, Key: r.ObjectKey("", "team-a"), Object: informer.FromUnstructured(u), SnapshotID: "s1", Observed: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestCoreGroupClusterScopedAndSnapshotRecordsUseTheirForms(t *testing.T) {
 
 func TestSnapshotMarkersCarryTheirIDAndCount(t *testing.T) {
 	r := informer.NewResource("prod", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
-	ev, err := encoding.Event(&informer.Change{Op: informer.OpSnapshotCompleted, Resource: r, Key: r.KeyPrefix, SnapshotID: "s2", Count: 12, Observed: time.Now()})
+	ev, err := encoding.New(&informer.Change{Op: informer.OpSnapshotCompleted, Resource: r, Key: r.KeyPrefix, SnapshotID: "s2", Count: 12, Observed: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

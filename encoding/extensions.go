@@ -3,7 +3,6 @@ package encoding
 import (
 	"strings"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	cetypes "github.com/cloudevents/sdk-go/v2/types"
 	"github.com/kubewire/kubewire/internal/shape"
 )
@@ -82,24 +81,6 @@ func (h *HeaderNames) Extension(name string) string {
 		return s
 	}
 	return h.prefix + strings.ToLower(name)
-}
-
-// Extension returns the value of ev's extension name when it is a string,
-// else "". It reads a 1.0 or 0.3 context's map in place: ev.Extensions()
-// copies the whole map on every call, which on the per-event path of a sink
-// cost several allocations each time a key or a subject token was read.
-func Extension(ev *event.Event, name string) string {
-	var m map[string]any
-	switch c := ev.Context.(type) {
-	case *event.EventContextV1:
-		m = c.Extensions
-	case *event.EventContextV03:
-		m = c.Extensions
-	default:
-		m = ev.Extensions()
-	}
-	s, _ := m[name].(string)
-	return s
 }
 
 // ExtensionValue is an extension value's canonical string, as the binary

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -102,7 +101,7 @@ func bothPaths(t *testing.T, res *informer.Resource, op informer.Op, in, old []b
 	return cu, cr
 }
 
-func attributes(ev *event.Event) map[string]any {
+func attributes(ev *Event) map[string]any {
 	m := map[string]any{
 		"id": ev.ID(), "source": ev.Source(), "type": ev.Type(), "subject": ev.Subject(),
 		"time": ev.Time(), "datacontenttype": ev.DataContentType(), "specversion": ev.SpecVersion(),
@@ -137,11 +136,11 @@ func TestRawAndUnstructuredPathsEmitEqualEvents(t *testing.T) {
 						old = c.old
 					}
 					cu, cr := bothPaths(t, res, op, c.json, old, c.rules)
-					eu, err := Event(cu)
+					eu, err := New(cu)
 					if err != nil {
 						t.Fatal(err)
 					}
-					er, err := Event(cr)
+					er, err := New(cr)
 					if err != nil {
 						t.Fatal(err)
 					}

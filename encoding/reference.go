@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	cetypes "github.com/cloudevents/sdk-go/v2/types"
 
 	"github.com/kubewire/kubewire/internal/shape"
 )
@@ -17,19 +16,14 @@ import (
 // change, and a consumer that deduplicates must treat it as such.
 // Everything it needs is in ev's extensions, so the object is not decoded
 // again.
-func ReferenceEvent(ev *event.Event) (*event.Event, error) {
-	ext := ev.Extensions()
-	str := func(name string) string {
-		s, _ := cetypes.Format(ext[name])
-		return s
-	}
+func ReferenceEvent(ev *Event) (*Event, error) {
 	ref := shape.Reference{
-		APIVersion:      str(ExtAPIVersion),
-		Kind:            str(ExtKind),
-		Namespace:       str(ExtNamespace),
-		Name:            str(ExtName),
-		UID:             str(ExtUID),
-		ResourceVersion: str(ExtResourceVersion),
+		APIVersion:      ev.Extension(ExtAPIVersion),
+		Kind:            ev.Extension(ExtKind),
+		Namespace:       ev.Extension(ExtNamespace),
+		Name:            ev.Extension(ExtName),
+		UID:             ev.Extension(ExtUID),
+		ResourceVersion: ev.Extension(ExtResourceVersion),
 	}
 	if ref.Name == "" || ref.UID == "" {
 		return nil, fmt.Errorf("event %s names no object, so it has no reference event", ev.ID())
@@ -40,11 +34,7 @@ func ReferenceEvent(ev *event.Event) (*event.Event, error) {
 	}
 	c := ev.Clone()
 	c.SetExtension(ExtPayload, PayloadReference)
-	// The bytes are JSON already. SetData would mark []byte as binary, and
-	// structured mode would then send data_base64 under a datacontenttype
-	// of application/json, which consumers (Python's SDK) hand over as bytes.
-	c.SetDataContentType(event.ApplicationJSON)
-	c.DataEncoded = data
-	c.DataBase64 = false
-	return &c, nil
+	c.contentType = event.ApplicationJSON
+	c.data = data
+	return c, nil
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func TestAReferenceEventNamesTheObjectAndIsMarked(t *testing.T) {
-	ev, err := encoding.Event(sinktest.Change(informer.OpUpdated, "team-a", "big", 9))
+	ev, err := encoding.New(sinktest.Change(informer.OpUpdated, "team-a", "big", 9))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestAReferenceEventNamesTheObjectAndIsMarked(t *testing.T) {
 		}
 	}
 	if ref.Type() != ev.Type() || ref.Source() != ev.Source() || ref.Subject() != ev.Subject() || !ref.Time().Equal(ev.Time()) {
-		t.Errorf("reference event %v differs from the full event %v in its attributes", ref.Context, ev.Context)
+		t.Errorf("reference event %v differs from the full event %v in its attributes", ref, ev)
 	}
 	if _, ok := ev.Extensions()[encoding.ExtPayload]; ok {
 		t.Error("ReferenceEvent modified the original event")
@@ -46,7 +46,7 @@ func TestAReferenceEventNamesTheObjectAndIsMarked(t *testing.T) {
 }
 
 func TestAClusterScopedObjectsReferenceHasNoNamespace(t *testing.T) {
-	ev, err := encoding.Event(sinktest.ClusterChange(informer.OpUpdated, "node-1", 4))
+	ev, err := encoding.New(sinktest.ClusterChange(informer.OpUpdated, "node-1", 4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestAClusterScopedObjectsReferenceHasNoNamespace(t *testing.T) {
 func TestASnapshotMarkerHasNoReferenceEvent(t *testing.T) {
 	c := sinktest.Change(informer.OpSnapshotCompleted, "", "", 0)
 	c.Object, c.Key, c.SnapshotID = nil, sinktest.Resource.KeyPrefix, "s1"
-	ev, err := encoding.Event(c)
+	ev, err := encoding.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestASnapshotMarkerHasNoReferenceEvent(t *testing.T) {
 }
 
 func TestAReferenceEventCarriesItsDataAsAPlainJSONObjectNeverAsBase64(t *testing.T) {
-	ev, err := encoding.Event(sinktest.Change(informer.OpUpdated, "team-a", "big", 9))
+	ev, err := encoding.New(sinktest.Change(informer.OpUpdated, "team-a", "big", 9))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +80,8 @@ func TestAReferenceEventCarriesItsDataAsAPlainJSONObjectNeverAsBase64(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ref.DataContentType() != "application/json" || ref.DataBase64 {
-		t.Errorf("datacontenttype %q, base64 %v; want application/json and plain data", ref.DataContentType(), ref.DataBase64)
+	if ce := ref.CloudEvent(); ref.DataContentType() != "application/json" || ce.DataBase64 {
+		t.Errorf("datacontenttype %q, base64 %v; want application/json and plain data", ref.DataContentType(), ce.DataBase64)
 	}
 	body, err := json.Marshal(ref) // the JSON event format, as structured mode sends it
 	if err != nil {

@@ -22,28 +22,16 @@ func changedBy(c *informer.Change) (provenance, bool) {
 	return provenance{cb.Manager, cb.Operation, cb.Time}, ok
 }
 
-// count is the number of extensions set adds.
-func (p provenance) count() int {
-	n := 0
-	for _, v := range [...]string{p.manager, p.operation, p.time} {
-		if v != "" {
-			n++
-		}
-	}
-	return n
-}
-
-// set adds the changedby extensions that have a value. The manager and
-// the operation repeat across events, so they are boxed once per resource.
-func (p provenance) set(ext map[string]any, ra *resourceAttributes) {
+// set adds the changedby extensions that have a value.
+func (p provenance) set(e *Event) {
 	if p.manager != "" {
-		ext[ExtChangedBy] = ra.box(p.manager)
+		e.SetExtension(ExtChangedBy, p.manager)
 	}
 	if p.operation != "" {
-		ext[ExtChangeOp] = ra.box(p.operation)
+		e.SetExtension(ExtChangeOp, p.operation)
 	}
 	if p.time != "" {
-		ext[ExtChangeTime] = p.time
+		e.SetExtension(ExtChangeTime, p.time)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/kubewire/kubewire/encoding"
@@ -91,7 +90,7 @@ func want(t *testing.T) []string {
 	t.Helper()
 	var out []string
 	for _, c := range changes() {
-		ev, err := encoding.Event(c)
+		ev, err := encoding.New(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,11 +115,11 @@ func send(t *testing.T, s sinks.Sink) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, c := range changes() {
-		ev, err := encoding.Event(c)
+		ev, err := encoding.New(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Write(ctx, []*event.Event{ev}); err != nil {
+		if err := s.Write(ctx, []*encoding.Event{ev}); err != nil {
 			t.Fatal(err)
 		}
 	}

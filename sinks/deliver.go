@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
@@ -23,7 +21,7 @@ import (
 // It returns the events and how many entries of batch are still
 // undelivered: batch is compacted in place to those, so a caller that is
 // cancelled can queue them again.
-func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]*event.Event, int) {
+func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) ([]*encoding.Event, int) {
 	// batch is compacted in place to the entries that encoded, so that
 	// batch[i] is the entry of events[i].
 	kept := batch[:0]
@@ -45,7 +43,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*event.Event) ([]
 			if e.incomplete > 0 {
 				c.SetExtension(encoding.ExtIncomplete, strconv.Itoa(e.incomplete))
 			}
-			ev = &c
+			ev = c
 		}
 		kept = append(kept, e)
 		events = append(events, ev)
@@ -116,7 +114,7 @@ type outcome struct{ acked int }
 // has overtaken the earlier one at the broker. It is kept too, to be
 // written again after the earlier one, so that the key ends at its newest
 // change.
-func (d *Dispatcher) settle(l *lane, batch []*entry, events []*event.Event, err error) ([]*entry, []*event.Event, outcome) {
+func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, err error) ([]*entry, []*encoding.Event, outcome) {
 	var be *BatchError
 	if errors.As(err, &be) && be.Len() != len(events) {
 		l.log.Error("sink reported the outcome of a different number of events than it was given; retrying them all",
@@ -164,7 +162,7 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*event.Event, err 
 	return batch[:n], events[:n], o
 }
 
-func (d *Dispatcher) refused(ev *event.Event, c *informer.Change, err error) {
+func (d *Dispatcher) refused(ev *encoding.Event, c *informer.Change, err error) {
 	d.log.Error("sink refused event permanently; dropping it", "id", ev.ID(),
 		"partitionkey", ev.Extensions()[encoding.ExtPartitionKey], "err", err)
 	d.failed(c, "refused")

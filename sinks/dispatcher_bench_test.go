@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/sinks"
@@ -25,7 +24,7 @@ type discardSink struct {
 
 func (s *discardSink) Connect(context.Context) error { return nil }
 func (s *discardSink) Close(context.Context) error   { return nil }
-func (s *discardSink) Write(_ context.Context, evs []*event.Event) error {
+func (s *discardSink) Write(_ context.Context, evs []*encoding.Event) error {
 	if s.acked.Add(int64(len(evs))) == s.target {
 		close(s.done)
 	}

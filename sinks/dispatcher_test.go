@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,12 +49,12 @@ func fastOptions() sinks.Options {
 	return sinks.Options{Shards: 4, BatchSize: 7, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond}
 }
 
-func rvOf(ev *event.Event) int {
+func rvOf(ev *encoding.Event) int {
 	n, _ := strconv.Atoi(ev.Extensions()[encoding.ExtResourceVersion].(string))
 	return n
 }
 
-func key(ev *event.Event) string { return ev.Extensions()[encoding.ExtPartitionKey].(string) }
+func key(ev *encoding.Event) string { return ev.Extensions()[encoding.ExtPartitionKey].(string) }
 
 func TestEachObjectsEventsArriveInOrderWhileTheSinkFailsAtRandom(t *testing.T) {
 	rec := &memsink.Sink{}
@@ -164,7 +163,7 @@ func TestAFullBufferConflatesPerObjectAndNeverFoldsADelete(t *testing.T) {
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
-	last := map[string]*event.Event{}
+	last := map[string]*encoding.Event{}
 	var sawDelete bool
 	folded := 0
 	for _, ev := range rec.Events() {
@@ -221,7 +220,7 @@ func TestClosingWithABrokerDownReportsWhatWasNotDelivered(t *testing.T) {
 
 func TestAPermanentlyRefusedEventIsCountedAndDoesNotStallItsShard(t *testing.T) {
 	rec := &memsink.Sink{}
-	rec.RefuseIf(func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
+	rec.RefuseIf(func(ev *encoding.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
 	d := sinks.NewDispatcher("refuse", rec, fastOptions())
 	d.Start()
 	before := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "refuse", "reason": "refused"})

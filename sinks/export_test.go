@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 
-	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/kubewire/kubewire/encoding"
 )
 
 // TestSpool is the disk spool with the dispatcher's record format, for the
@@ -30,7 +30,7 @@ func SpoolRecord(it *Item) ([]byte, error) {
 func (t *TestSpool) Put(rec []byte) error { return t.s.put(rec) }
 
 // Next reads the oldest record and decodes it back into its event.
-func (t *TestSpool) Next(ctx context.Context) (*event.Event, error) {
+func (t *TestSpool) Next(ctx context.Context) (*encoding.Event, error) {
 	b, err := t.s.next(ctx)
 	if err != nil {
 		return nil, err
@@ -39,7 +39,7 @@ func (t *TestSpool) Next(ctx context.Context) (*event.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &r.event, nil
+	return r.event, nil
 }
 
 func (t *TestSpool) Close() error { return t.s.close() }

@@ -3,8 +3,6 @@ package sinks
 import (
 	"sync"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 )
@@ -22,7 +20,7 @@ type Item struct {
 	conflated int
 
 	once sync.Once
-	ev   *event.Event
+	ev   *encoding.Event
 	err  error
 }
 
@@ -30,8 +28,8 @@ type Item struct {
 func NewItem(c *informer.Change) *Item { return &Item{Change: c} }
 
 // Event returns the CloudEvent of the item, building it on first use.
-func (it *Item) Event() (*event.Event, error) {
-	it.once.Do(func() { it.ev, it.err = encoding.Event(it.Change) })
+func (it *Item) Event() (*encoding.Event, error) {
+	it.once.Do(func() { it.ev, it.err = encoding.New(it.Change) })
 	return it.ev, it.err
 }
 

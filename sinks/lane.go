@@ -6,9 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
 )
@@ -259,7 +259,7 @@ func (l *lane) work1(s *shard) {
 		return
 	}
 	batch := make([]*entry, 0, d.opt.BatchSize)
-	events := make([]*event.Event, 0, d.opt.BatchSize)
+	events := make([]*encoding.Event, 0, d.opt.BatchSize)
 	for {
 		var b *barrier
 		batch, b = s.take(d.work, batch[:0], d.opt.BatchSize)

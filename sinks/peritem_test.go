@@ -14,8 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
@@ -29,7 +28,7 @@ func oneBatch() sinks.Options {
 	return sinks.Options{Shards: 1, BatchSize: 100, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond}
 }
 
-func idsOf(evs []*event.Event) string {
+func idsOf(evs []*encoding.Event) string {
 	var out []string
 	for _, ev := range evs {
 		out = append(out, strings.TrimPrefix(key(ev), res.KeyPrefix+"/ns/")+"@"+strconv.Itoa(rvOf(ev)))
@@ -55,7 +54,7 @@ func slogTo(w io.Writer) *slog.Logger {
 func TestOnlyTheEventsThatFailedAreWrittenAgainInTheirOrder(t *testing.T) {
 	s := &memsink.Sink{}
 	var failures atomic.Int32
-	s.FailEach(func(ev *event.Event) error {
+	s.FailEach(func(ev *encoding.Event) error {
 		// b's first change fails twice; every later change of b then fails
 		// with it (memsink holds the key back, as an adapter must).
 		if key(ev) == res.ObjectKey("ns", "b") && rvOf(ev) == 1 && failures.Add(1) <= 2 {
@@ -87,7 +86,7 @@ func TestOnlyTheEventsThatFailedAreWrittenAgainInTheirOrder(t *testing.T) {
 
 func TestARefusedEventIsDroppedWithoutWritingItsBatchAgainOneByOne(t *testing.T) {
 	s := &memsink.Sink{}
-	s.RefuseIf(func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
+	s.RefuseIf(func(ev *encoding.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
 	refused := map[string]string{"sink": "refuse-once", "reason": "refused"}
 	before := metrics.Sum("kubewire_events_failed_total", refused)
 	d := started(sinks.NewDispatcher("refuse-once", s, oneBatch()), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "huge", 1), change(informer.OpAdded, "huge", 2),
@@ -114,7 +113,7 @@ func TestEveryChangeArrivesOnceAndInKeyOrderWhileEventsFailOneByOneAtRandom(t *t
 	s := &memsink.Sink{}
 	var mu sync.Mutex
 	rnd := rand.New(rand.NewPCG(1, 2))
-	s.FailEach(func(*event.Event) error {
+	s.FailEach(func(*encoding.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if rnd.Float64() < 0.2 {
@@ -155,7 +154,7 @@ type overtaker struct {
 	failed atomic.Bool
 }
 
-func (o *overtaker) Write(ctx context.Context, evs []*event.Event) error {
+func (o *overtaker) Write(ctx context.Context, evs []*encoding.Event) error {
 	if err := o.Sink.Write(ctx, evs); err != nil {
 		return err
 	}
@@ -203,7 +202,7 @@ func TestWhileSomeEventsOfABatchFailTheSinkIsFailingAndOnlyThoseAreUndelivered(t
 	s := &memsink.Sink{}
 	var stuck atomic.Bool
 	stuck.Store(true)
-	s.FailEach(func(ev *event.Event) error {
+	s.FailEach(func(ev *encoding.Event) error {
 		if stuck.Load() && key(ev) == res.ObjectKey("ns", "stuck") {
 			return errors.New("no leader")
 		}
@@ -231,7 +230,7 @@ func TestTheSinkIsHealthyAgainOnceTheFailedEventsOfABatchAreAcknowledged(t *test
 	s := &memsink.Sink{}
 	var stuck atomic.Bool
 	stuck.Store(true)
-	s.FailEach(func(ev *event.Event) error {
+	s.FailEach(func(ev *encoding.Event) error {
 		if stuck.Load() && key(ev) == res.ObjectKey("ns", "stuck") {
 			return errors.New("no leader")
 		}
@@ -256,7 +255,7 @@ func TestTheSinkIsHealthyAgainOnceTheFailedEventsOfABatchAreAcknowledged(t *test
 // the completed marker says so.
 func TestARecordRefusedInABatchMarksItsSnapshotIncompleteAndTheOthersArrive(t *testing.T) {
 	s := &memsink.Sink{}
-	s.RefuseIf(func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
+	s.RefuseIf(func(ev *encoding.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
 	synced := func(name string) *informer.Change {
 		c := change(informer.OpSynced, name, 1)
 		c.SnapshotID = "s1"
@@ -284,7 +283,7 @@ type miscounting struct {
 	once atomic.Bool
 }
 
-func (m *miscounting) Write(ctx context.Context, evs []*event.Event) error {
+func (m *miscounting) Write(ctx context.Context, evs []*encoding.Event) error {
 	if m.once.CompareAndSwap(false, true) {
 		return sinks.NewBatchError(1).Failed(0, sinks.Permanent(errors.New("refused")))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
 )
@@ -57,7 +58,7 @@ import (
 // last Write has returned.
 type Sink interface {
 	Connect(ctx context.Context) error
-	Write(ctx context.Context, events []*event.Event) error
+	Write(ctx context.Context, events []*encoding.Event) error
 	Close(ctx context.Context) error
 }
 

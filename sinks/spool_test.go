@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
@@ -35,7 +33,7 @@ func spooled(t *testing.T, name string, rec *memsink.Sink, dir string, maxBytes 
 
 // checkEveryChange asserts that each key's events arrived in order and that
 // every resourceVersion from..to of each key arrived, none folded.
-func checkEveryChange(t *testing.T, evs []*event.Event, keys, from, to int) {
+func checkEveryChange(t *testing.T, evs []*encoding.Event, keys, from, to int) {
 	t.Helper()
 	seen := map[string][]int{}
 	for _, ev := range evs {
@@ -216,7 +214,7 @@ func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
 
 func TestACompletedMarkerSaysHowManyOfItsRecordsWereDropped(t *testing.T) {
 	rec := &memsink.Sink{}
-	rec.RefuseIf(func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
+	rec.RefuseIf(func(ev *encoding.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
 	d := sinks.NewDispatcher("incomplete", rec, fastOptions())
 	d.Start()
 	synced := func(name string) *sinks.Item {
@@ -252,7 +250,7 @@ func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) 
 	blocked := atomic.Bool{}
 	blocked.Store(true)
 	rec := &memsink.Sink{}
-	rec.FailIf(func(ev *event.Event) bool {
+	rec.FailIf(func(ev *encoding.Event) bool {
 		return blocked.Load() && strings.HasPrefix(key(ev), other.KeyPrefix)
 	})
 	opt := fastOptions()
@@ -326,7 +324,7 @@ func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) 
 // must still hold the object whose snapshot record the broker refused.
 func TestARefusedSnapshotRecordDoesNotMakeTheConsumerDeleteTheLiveObject(t *testing.T) {
 	rec := &memsink.Sink{}
-	rec.RefuseIf(func(ev *event.Event) bool {
+	rec.RefuseIf(func(ev *encoding.Event) bool {
 		return key(ev) == res.ObjectKey("ns", "huge") && ev.Type() == encoding.TypeSynced
 	})
 	d := sinks.NewDispatcher("refused-record", rec, fastOptions())
@@ -348,7 +346,7 @@ func TestARefusedSnapshotRecordDoesNotMakeTheConsumerDeleteTheLiveObject(t *test
 	}
 	v := verify.NewView()
 	for _, ev := range rec.Events() {
-		v.Apply(ev)
+		v.Apply(ev.CloudEvent())
 	}
 	objs := v.Objects(res.KeyPrefix)
 	if _, ok := objs[res.ObjectKey("ns", "huge")]; !ok {
@@ -362,9 +360,9 @@ func TestARefusedSnapshotRecordDoesNotMakeTheConsumerDeleteTheLiveObject(t *test
 func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T) {
 	dir := t.TempDir()
 	rec := &memsink.Sink{}
-	rec.RefuseIf(func(ev *event.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
+	rec.RefuseIf(func(ev *encoding.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
 	// The marker cannot be written before shutdown.
-	rec.FailIf(func(ev *event.Event) bool { return ev.Type() == encoding.TypeSnapshotCompleted })
+	rec.FailIf(func(ev *encoding.Event) bool { return ev.Type() == encoding.TypeSnapshotCompleted })
 	refusedBefore := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "incomplete-restart", "reason": "refused"})
 	d1 := spooled(t, "incomplete-restart", rec, dir, 1<<30)
 	d1.Start()

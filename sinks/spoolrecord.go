@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 )
 
@@ -29,7 +30,7 @@ const flagMarker = 1
 
 var errBadRecord = errors.New("malformed spool record")
 
-func appendSpoolRecord(b []byte, e *entry, ev *event.Event) ([]byte, error) {
+func appendSpoolRecord(b []byte, e *entry, ev *encoding.Event) ([]byte, error) {
 	c := e.item.Change
 	var flags byte
 	if c.IsMarker() {
@@ -63,7 +64,7 @@ type spoolRecord struct {
 	key, op   string
 	prefix    string
 	snapshot  string
-	event     event.Event
+	event     *encoding.Event
 }
 
 func parseSpoolRecord(b []byte) (*spoolRecord, error) {
@@ -97,7 +98,14 @@ func parseSpoolRecord(b []byte) (*spoolRecord, error) {
 		*dst = string(b[:l])
 		b = b[l:]
 	}
-	if err := r.event.UnmarshalJSON(b); err != nil {
+	// The JSON event format, read by sdk-go: records written by earlier
+	// versions read back the same.
+	var ev event.Event
+	if err := ev.UnmarshalJSON(b); err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadRecord, err)
+	}
+	var err error
+	if r.event, err = encoding.FromCloudEvent(&ev); err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadRecord, err)
 	}
 	return r, nil
@@ -106,7 +114,6 @@ func parseSpoolRecord(b []byte) (*spoolRecord, error) {
 // item rebuilds the queued item. res returns the one Resource stand-in per
 // key prefix, which carries what the dispatcher's metrics need.
 func (r *spoolRecord) item(res func(prefix string) *informer.Resource) *Item {
-	ev := r.event
 	it := &Item{Change: &informer.Change{
 		Op:         informer.Op(r.op),
 		Resource:   res(r.prefix),
@@ -114,6 +121,6 @@ func (r *spoolRecord) item(res func(prefix string) *informer.Resource) *Item {
 		SnapshotID: r.snapshot,
 		Observed:   r.observed,
 	}, size: r.size, conflated: r.conflated}
-	it.once.Do(func() { it.ev = &ev })
+	it.once.Do(func() { it.ev = r.event })
 	return it
 }

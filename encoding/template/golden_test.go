@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -39,7 +38,7 @@ var objects = []object{
 	{"demo", "", "v1", "configmaps", "ConfigMap", "", "", informer.OpSnapshotCompleted},
 }
 
-func eventOf(t *testing.T, o object) *event.Event {
+func eventOf(t *testing.T, o object) *encoding.Event {
 	t.Helper()
 	gvr := schema.GroupVersionResource{Group: o.group, Version: o.version, Resource: o.resource}
 	res := informer.NewResource(o.cluster, gvr, o.kind, o.namespace != "")
@@ -56,7 +55,7 @@ func eventOf(t *testing.T, o object) *event.Event {
 		u.SetResourceVersion("1")
 		c.Key, c.Object = res.ObjectKey(o.namespace, o.name), informer.FromUnstructured(u)
 	}
-	ev, err := encoding.Event(c)
+	ev, err := encoding.New(c)
 	if err != nil {
 		t.Fatalf("encoding %+v: %v", o, err)
 	}
@@ -65,7 +64,7 @@ func eventOf(t *testing.T, o object) *event.Event {
 
 // kafkaTopic is the Kafka sink's topic of ev: the resource of its source,
 // expanded by kafka.TopicName (what the sink, verify and tail call).
-func kafkaTopic(t *testing.T, tmpl string, ev *event.Event) string {
+func kafkaTopic(t *testing.T, tmpl string, ev *encoding.Event) string {
 	t.Helper()
 	p := strings.Split(strings.TrimPrefix(ev.Source(), "/"), "/")
 	switch len(p) {

@@ -51,14 +51,14 @@ func send(t *testing.T, s sinks.Sink, changes []*informer.Change, conflated map[
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i, c := range changes {
-		ev, err := encoding.Event(c)
+		ev, err := encoding.New(c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n, ok := conflated[i]; ok {
 			ev.SetExtension(encoding.ExtConflated, n)
 		}
-		if err := s.Write(ctx, []*event.Event{ev}); err != nil {
+		if err := s.Write(ctx, []*encoding.Event{ev}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -61,11 +60,11 @@ func TestTheAutomationsInformerHandlerReactsToConfigMapChangesFromJetStream(t *t
 	t.Cleanup(func() { s.Close(context.Background()) })
 	send := func(changes ...*informer.Change) {
 		for _, ch := range changes {
-			ev, err := encoding.Event(ch)
+			ev, err := encoding.New(ch)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Write(ctx, []*event.Event{ev}); err != nil {
+			if err := s.Write(ctx, []*encoding.Event{ev}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -109,11 +109,11 @@ func (e *tailEnv) send(t *testing.T, sink string, changes ...*informer.Change) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, c := range changes {
-		ev, err := encoding.Event(c)
+		ev, err := encoding.New(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.sinks[sink].Write(ctx, []*event.Event{ev}); err != nil {
+		if err := e.sinks[sink].Write(ctx, []*encoding.Event{ev}); err != nil {
 			t.Fatalf("write to %s: %v", sink, err)
 		}
 	}
@@ -216,7 +216,7 @@ func TestTailsJSONOutputIsOneCloudEventPerLineAndYAMLOneDocumentPerEvent(t *test
 	env.send(t, "js", history()...)
 	var wantIDs []string
 	for _, c := range history() {
-		ev, err := encoding.Event(c)
+		ev, err := encoding.New(c)
 		if err != nil {
 			t.Fatal(err)
 		}

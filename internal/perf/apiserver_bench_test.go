@@ -32,7 +32,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -501,7 +500,7 @@ func measureLatency(t *testing.T, sinkYAML string, rate, seconds int) {
 	total := rate * seconds
 	all := make(chan struct{})
 	r := startKubewire(t, kubewireConfig("configmaps", ns, sinkYAML))
-	r.ack.setOnAck(func(evs []*event.Event, at time.Time) {
+	r.ack.setOnAck(func(evs []*encoding.Event, at time.Time) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, ev := range evs {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/dynamic"
@@ -47,12 +46,12 @@ type acker struct {
 	syncedOnce sync.Once
 	// hook is called with every acknowledged batch. It is installed while
 	// the sink is already running, hence atomic: use setOnAck.
-	hook atomic.Pointer[func(evs []*event.Event, at time.Time)]
+	hook atomic.Pointer[func(evs []*encoding.Event, at time.Time)]
 }
 
 // setOnAck installs f to be called with every acknowledged batch; safe
 // while writes are under way.
-func (a *acker) setOnAck(f func(evs []*event.Event, at time.Time)) { a.hook.Store(&f) }
+func (a *acker) setOnAck(f func(evs []*encoding.Event, at time.Time)) { a.hook.Store(&f) }
 
 func newAcker(s sinks.Sink) *acker {
 	a := &acker{Sink: s, done: make(chan struct{}), synced: make(chan struct{})}
@@ -60,7 +59,7 @@ func newAcker(s sinks.Sink) *acker {
 	return a
 }
 
-func (a *acker) Write(ctx context.Context, evs []*event.Event) error {
+func (a *acker) Write(ctx context.Context, evs []*encoding.Event) error {
 	err := a.Sink.Write(ctx, evs)
 	if err != nil {
 		// Count what the sink acknowledged of a Write that partly failed:
@@ -69,7 +68,7 @@ func (a *acker) Write(ctx context.Context, evs []*event.Event) error {
 		if !errors.As(err, &be) || be.Len() != len(evs) {
 			return err
 		}
-		var ok []*event.Event
+		var ok []*encoding.Event
 		for i, ev := range evs {
 			if be.Err(i) == nil {
 				ok = append(ok, ev)
@@ -109,9 +108,9 @@ func (a *acker) expect(n int64) {
 // discard is a sink that acknowledges at once: the pipeline without a broker.
 type discard struct{}
 
-func (discard) Connect(context.Context) error               { return nil }
-func (discard) Write(context.Context, []*event.Event) error { return nil }
-func (discard) Close(context.Context) error                 { return nil }
+func (discard) Connect(context.Context) error                  { return nil }
+func (discard) Write(context.Context, []*encoding.Event) error { return nil }
+func (discard) Close(context.Context) error                    { return nil }
 
 // brokerKind names a sink under test and builds it, starting its broker.
 type brokerKind struct {

@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
 )
@@ -48,7 +47,7 @@ func benchPaced(b *testing.B, bk brokerKind, k benchdata.Kind, rate int) {
 	defer replay.Close()
 	p := startPipeline(b, k, replay.URL(), bk.new(b), config.CacheRaw)
 	defer p.stop()
-	p.ack.setOnAck(func(evs []*event.Event, _ time.Time) { replay.Ack(countUpdates(evs)) })
+	p.ack.setOnAck(func(evs []*encoding.Event, _ time.Time) { replay.Ack(countUpdates(evs)) })
 	select {
 	case <-p.ack.synced:
 	case <-time.After(2 * time.Minute):

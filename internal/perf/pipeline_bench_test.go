@@ -4,14 +4,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
 )
 
-func countUpdates(evs []*event.Event) int {
+func countUpdates(evs []*encoding.Event) int {
 	n := 0
 	for _, ev := range evs {
 		if ev.Type() == encoding.TypeUpdated {
@@ -55,7 +53,7 @@ func benchPipeline(b *testing.B, bk brokerKind, k benchdata.Kind, cache string) 
 	defer replay.Close()
 	p := startPipeline(b, k, replay.URL(), bk.new(b), cache)
 	defer p.stop()
-	p.ack.setOnAck(func(evs []*event.Event, _ time.Time) { replay.Ack(countUpdates(evs)) })
+	p.ack.setOnAck(func(evs []*encoding.Event, _ time.Time) { replay.Ack(countUpdates(evs)) })
 	select {
 	case <-p.ack.synced:
 	case <-time.After(2 * time.Minute):

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kubewire/kubewire/encoding"
@@ -101,7 +100,7 @@ func BenchmarkRawPathVsJSONValid(b *testing.B) {
 			// The changes are kept, as the dispatcher keeps them, so that
 			// they are allocated as in the pipeline.
 			changes := make([]*informer.Change, objects)
-			evs := make([]*event.Event, objects)
+			evs := make([]*encoding.Event, objects)
 			step := func(i int) {
 				typ, obj, err := dec.Decode()
 				if err != nil || typ != watch.Modified {
@@ -113,7 +112,7 @@ func BenchmarkRawPathVsJSONValid(b *testing.B) {
 					Object: informer.FromRaw(o), OldObject: informer.FromRaw(prev[i%objects]), Observed: time.Now(),
 				}
 				prev[i%objects], changes[i%objects] = o, c
-				if evs[i%objects], err = encoding.Event(c); err != nil {
+				if evs[i%objects], err = encoding.New(c); err != nil {
 					b.Fatal(err)
 				}
 			}

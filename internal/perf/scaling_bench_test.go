@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
@@ -76,7 +74,7 @@ func benchResources(b *testing.B, resources int) {
 	ack := newAcker(discard{})
 	var snapshots atomic.Int64
 	synced := make(chan struct{})
-	ack.setOnAck(func(evs []*event.Event, _ time.Time) {
+	ack.setOnAck(func(evs []*encoding.Event, _ time.Time) {
 		credit := make([]int, resources)
 		for _, ev := range evs {
 			switch ev.Type() {
@@ -137,7 +135,7 @@ func benchSinks(b *testing.B, bk brokerKind, n int) {
 	out := make(fanout, n)
 	for s := range n {
 		ackers[s] = newAcker(bk.new(b))
-		ackers[s].setOnAck(func(evs []*event.Event, _ time.Time) {
+		ackers[s].setOnAck(func(evs []*encoding.Event, _ time.Time) {
 			u := countUpdates(evs)
 			if u == 0 {
 				return

@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	httpsink "github.com/kubewire/kubewire/sinks/http"
@@ -43,7 +42,7 @@ func TestTheAuthHeaderIsReadFromItsFileAndFollowsItsChanges(t *testing.T) {
 	path := freshPath()
 	s := newSink(t, &httpsink.Config{URL: rcv.URL() + path, Auth: &httpsink.Auth{Scheme: "Bearer", ValueFile: token}})
 	ctx := connect(t, s)
-	ev := []*event.Event{mustEvent(t, change("a", 1))}
+	ev := []*encoding.Event{mustEvent(t, change("a", 1))}
 
 	if err := s.Write(ctx, ev); err != nil {
 		t.Fatalf("Write: %v", err)
@@ -90,7 +89,7 @@ func TestAnyHeaderNameCanCarryTheSecretAndStaticHeadersGoAlong(t *testing.T) {
 	s := newSink(t, &httpsink.Config{URL: rcv.URL() + path, Auth: &httpsink.Auth{Header: "x-api-key", ValueFile: key},
 		Headers: map[string]string{"X-Team": "shop", "user-agent": "audit-pipeline/1"}})
 	ctx := connect(t, s)
-	if err := s.Write(ctx, []*event.Event{mustEvent(t, change("a", 1))}); err != nil {
+	if err := s.Write(ctx, []*encoding.Event{mustEvent(t, change("a", 1))}); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 	h := lastPost(rcv, path).Header

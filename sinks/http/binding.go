@@ -55,19 +55,12 @@ var (
 	batchValue       = []string{ContentTypeBatch}
 )
 
-// binaryHeader maps ev's context to binary-mode headers: one ce- header per
+// binaryHeader maps ev to binary-mode headers: one ce- header per
 // attribute and extension, and datacontenttype as Content-Type. extra is
 // how many more headers the caller adds, so that the map is sized once.
-//
-// It reads a 1.0 context's fields and extensions map directly
-// (ev.Extensions() copies the map on every call), and every value slice
-// shares one backing array. Any other context is converted to 1.0 first.
-func binaryHeader(ev *event.Event, extra int) (nethttp.Header, error) {
-	c, ok := ev.Context.(*event.EventContextV1)
-	if !ok {
-		c = ev.Context.AsV1()
-	}
-	n := 6 + len(c.Extensions)
+// Every value slice shares one backing array.
+func binaryHeader(ev *encoding.Event, extra int) (nethttp.Header, error) {
+	n := 6 + ev.Len()
 	h := make(nethttp.Header, n+extra)
 	vals := make([]string, 0, n)
 	set := func(name, v string) {
@@ -75,22 +68,19 @@ func binaryHeader(ev *event.Event, extra int) (nethttp.Header, error) {
 		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	h[headerSpecVersion] = specVersionValue
-	set(headerID, c.ID)
-	set(headerSource, c.Source.String())
-	set(headerType, c.Type)
-	if c.Subject != nil && *c.Subject != "" {
-		set(headerSubject, *c.Subject)
+	set(headerID, ev.ID())
+	set(headerSource, ev.Source())
+	set(headerType, ev.Type())
+	if v := ev.Subject(); v != "" {
+		set(headerSubject, v)
 	}
-	if c.Time != nil && !c.Time.IsZero() {
-		set(headerTime, types.FormatTime(c.Time.Time))
+	if t := ev.Time(); !t.IsZero() {
+		set(headerTime, types.FormatTime(t))
 	}
-	if c.DataSchema != nil {
-		if v := c.DataSchema.String(); v != "" {
-			set(headerDataSchema, v)
-		}
+	if v := ev.DataSchema(); v != "" {
+		set(headerDataSchema, v)
 	}
-	if c.DataContentType != nil && *c.DataContentType != "" {
-		ct := *c.DataContentType
+	if ct := ev.DataContentType(); ct != "" {
 		switch {
 		case ct == event.ApplicationJSON:
 			h[headerContentType] = jsonContentType
@@ -101,12 +91,9 @@ func binaryHeader(ev *event.Event, extra int) (nethttp.Header, error) {
 			h[headerContentType] = vals[len(vals)-1 : len(vals) : len(vals)]
 		}
 	}
-	for name, v := range c.Extensions {
-		s, err := encoding.ExtensionValue(v)
-		if err != nil {
-			return nil, fmt.Errorf("extension %q: %w", name, err)
-		}
-		set(extensionHeaders.Extension(name), s)
+	for i := range ev.Len() {
+		x := ev.At(i)
+		set(extensionHeaders.Extension(x.Name), x.Value)
 	}
 	return h, nil
 }
@@ -115,7 +102,7 @@ func binaryHeader(ev *event.Event, extra int) (nethttp.Header, error) {
 // MarshalJSON itself: json.Marshal would validate and compact its output
 // once more, byte by byte, which takes longer than writing it (the data is
 // JSON already and is copied as it is).
-func structuredBody(ev *event.Event) ([]byte, error) {
+func structuredBody(ev *encoding.Event) ([]byte, error) {
 	b, err := ev.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("marshal structured event: %w", err)

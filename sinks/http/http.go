@@ -35,8 +35,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
@@ -279,7 +277,7 @@ func connectReason(err error) string {
 // sinks.Sink). A refused event is refused alone and the Write goes on; any
 // other failure stops it, and every event after the failed ones is reported
 // not sent, so no later change of a key can overtake an earlier one.
-func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
+func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 	c := s.live.Load()
 	if c == nil {
 		if s.closed.Load() {
@@ -322,7 +320,7 @@ func failed(res *sinks.BatchError, from, to int, err error) bool {
 // request, since none of its events was taken and the receiver did not say
 // which one it refused; an event alone too large goes as its reference
 // event.
-func (s *Sink) writeBatched(ctx context.Context, c *nethttp.Client, events []*event.Event, res *sinks.BatchError) {
+func (s *Sink) writeBatched(ctx context.Context, c *nethttp.Client, events []*encoding.Event, res *sinks.BatchError) {
 	bodies := make([][]byte, len(events))
 	for i, ev := range events {
 		b, err := structuredBody(s.withOverrides(ev))
@@ -382,7 +380,7 @@ func (s *Sink) writeBatched(ctx context.Context, c *nethttp.Client, events []*ev
 // meanwhile, so the key's order holds. Only a reference refused as well, or
 // an event that has none, is a permanent failure. structured, when not nil,
 // is ev already in the JSON event format.
-func (s *Sink) deliver(ctx context.Context, c *nethttp.Client, ev *event.Event, structured []byte) error {
+func (s *Sink) deliver(ctx context.Context, c *nethttp.Client, ev *encoding.Event, structured []byte) error {
 	err := s.send(ctx, c, ev, structured)
 	if err == nil || !errors.Is(err, sinks.ErrTooLarge) || errors.Is(err, sinks.ErrPermanent) {
 		return err
@@ -405,8 +403,8 @@ func (s *Sink) deliver(ctx context.Context, c *nethttp.Client, ev *event.Event, 
 
 // send posts one event in the sink's content mode; the batched mode sends
 // it as a batch of one, so that the receiver sees one format.
-func (s *Sink) send(ctx context.Context, c *nethttp.Client, ev *event.Event, structured []byte) error {
-	one := [1]*event.Event{ev}
+func (s *Sink) send(ctx context.Context, c *nethttp.Client, ev *encoding.Event, structured []byte) error {
+	one := [1]*encoding.Event{ev}
 	if s.mode == config.ContentModeBinary {
 		h, err := binaryHeader(ev, s.extra)
 		if err != nil {
@@ -435,7 +433,7 @@ func (s *Sink) send(ctx context.Context, c *nethttp.Client, ev *event.Event, str
 
 // withOverrides is ev with K_CE_OVERRIDES' extensions, for the structured
 // formats; binary mode adds their headers instead and needs no copy.
-func (s *Sink) withOverrides(ev *event.Event) *event.Event {
+func (s *Sink) withOverrides(ev *encoding.Event) *encoding.Event {
 	if len(s.overrides) == 0 {
 		return ev
 	}
@@ -443,7 +441,7 @@ func (s *Sink) withOverrides(ev *event.Event) *event.Event {
 	for _, o := range s.overrides {
 		c.SetExtension(o.name, o.value)
 	}
-	return &c
+	return c
 }
 
 // addHeaders adds the static headers and the auth header to h.
@@ -463,7 +461,7 @@ func (s *Sink) addHeaders(h nethttp.Header) error {
 
 // post sends one request and maps its outcome to the Sink contract's
 // errors (classify). events are what the body carries, for the error.
-func (s *Sink) post(ctx context.Context, c *nethttp.Client, h nethttp.Header, body []byte, events []*event.Event) error {
+func (s *Sink) post(ctx context.Context, c *nethttp.Client, h nethttp.Header, body []byte, events []*encoding.Event) error {
 	if err := s.addHeaders(h); err != nil {
 		return err
 	}
@@ -518,7 +516,7 @@ func drain(resp *nethttp.Response) {
 }
 
 // describe names the events of a request in an error.
-func describe(events []*event.Event) string {
+func describe(events []*encoding.Event) string {
 	switch len(events) {
 	case 0:
 		return "no events"

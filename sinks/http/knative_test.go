@@ -4,8 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks"
@@ -29,7 +28,7 @@ func TestAnHTTPSinkWithoutURLSendsToKSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := connect(t, s)
-	if err := s.Write(ctx, []*event.Event{mustEvent(t, change("a", 1))}); err != nil {
+	if err := s.Write(ctx, []*encoding.Event{mustEvent(t, change("a", 1))}); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 	if got := rcv.Events(path); len(got) != 1 {
@@ -51,7 +50,7 @@ func TestKCEOverridesAddExtensionsInEveryContentMode(t *testing.T) {
 			path := freshPath()
 			s := newSink(t, &httpsink.Config{URL: rcv.URL() + path, ContentMode: mode})
 			ctx := connect(t, s)
-			sent := []*event.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("a", 2))}
+			sent := []*encoding.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("a", 2))}
 			if err := s.Write(ctx, sent); err != nil {
 				t.Fatalf("Write: %v", err)
 			}

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
@@ -27,16 +25,16 @@ func change(name string, rv int) *informer.Change {
 	return sinktest.Change(informer.OpUpdated, "team-a", name, rv)
 }
 
-func mustEvent(t *testing.T, c *informer.Change) *event.Event {
+func mustEvent(t *testing.T, c *informer.Change) *encoding.Event {
 	t.Helper()
-	ev, err := encoding.Event(c)
+	ev, err := encoding.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ev
 }
 
-func ids(evs []*event.Event) []string {
+func ids[E interface{ ID() string }](evs []E) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.ID()
@@ -82,7 +80,7 @@ func TestEachStatusMapsToRetryPermanentOrTooLarge(t *testing.T) {
 			path := freshPath()
 			s := newSink(t, &httpsink.Config{URL: rcv.URL() + path, ContentMode: c.mode})
 			ctx := connect(t, s)
-			evs := []*event.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("b", 1))}
+			evs := []*encoding.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("b", 1))}
 			rcv.Fail(c.codes...)
 			err := s.Write(ctx, evs)
 			var se *httpsink.StatusError
@@ -122,7 +120,7 @@ func TestA500IsRetriedByTheDispatcherAndTheEventsAreThenDelivered(t *testing.T) 
 	d := sinks.NewDispatcher("http-retry", s, sinks.Options{Shards: 1, RetryInitial: time.Millisecond, RetryMax: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))})
 	d.Start()
-	var sent []*event.Event
+	var sent []*encoding.Event
 	for rv := 1; rv <= 3; rv++ {
 		d.Enqueue(sinks.NewItem(change("a", rv)))
 		sent = append(sent, mustEvent(t, change("a", rv)))
@@ -147,7 +145,7 @@ func TestAnEventRefusedAsTooLargeGoesAsItsReferenceAndABatchIsSplit(t *testing.T
 			path := freshPath()
 			s := newSink(t, &httpsink.Config{URL: rcv.URL() + path, ContentMode: mode})
 			ctx := connect(t, s)
-			sent := []*event.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("a", 2)), mustEvent(t, change("a", 3))}
+			sent := []*encoding.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("a", 2)), mustEvent(t, change("a", 3))}
 			// Binary: the second event is refused. Batched: the batch, then
 			// the second event alone. 0 lets a request through.
 			rcv.Fail(map[string][]int{config.ContentModeBinary: {0, 413}, httpsink.ContentModeBatched: {413, 0, 413}}[mode]...)
@@ -173,7 +171,7 @@ func TestAFailedRequestStopsTheWriteSoNoLaterEventOfAKeyGoesFirst(t *testing.T) 
 	path := freshPath()
 	s := newSink(t, &httpsink.Config{URL: rcv.URL() + path})
 	ctx := connect(t, s)
-	sent := []*event.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("a", 2)), mustEvent(t, change("b", 1))}
+	sent := []*encoding.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("a", 2)), mustEvent(t, change("b", 1))}
 	rcv.Fail(0, 503)
 	if err := s.Write(ctx, sent); err == nil {
 		t.Fatal("Write succeeded though the receiver refused the second event")
@@ -209,7 +207,7 @@ func TestWriteReturnsWhenItsContextEndsAndWhenTheTimeoutPasses(t *testing.T) {
 		connect(t, s)
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
-		go func() { errc <- s.Write(ctx, []*event.Event{ev}) }()
+		go func() { errc <- s.Write(ctx, []*encoding.Event{ev}) }()
 		<-arrived
 		cancel()
 		select {
@@ -224,7 +222,7 @@ func TestWriteReturnsWhenItsContextEndsAndWhenTheTimeoutPasses(t *testing.T) {
 	t.Run("The configured timeout.", func(t *testing.T) {
 		s := newSink(t, &httpsink.Config{URL: srv.URL, Timeout: config.NewDuration(100 * time.Millisecond)})
 		ctx := connect(t, s)
-		err := s.Write(ctx, []*event.Event{ev})
+		err := s.Write(ctx, []*encoding.Event{ev})
 		<-arrived
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timeout (100ms)") || errors.Is(err, sinks.ErrPermanent) {
 			t.Fatalf("Write = %v; want a retryable error naming the timeout", err)
@@ -254,7 +252,7 @@ func TestConnectFailsOnlyWhenTheReceiverCannotBeReached(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("Connect = %v; want connection refused", err)
 		}
-		if err := s.Write(ctx, []*event.Event{mustEvent(t, change("a", 1))}); err == nil || errors.Is(err, sinks.ErrPermanent) {
+		if err := s.Write(ctx, []*encoding.Event{mustEvent(t, change("a", 1))}); err == nil || errors.Is(err, sinks.ErrPermanent) {
 			t.Fatalf("Write before a successful Connect = %v; want a retryable error", err)
 		}
 	})
@@ -263,7 +261,7 @@ func TestConnectFailsOnlyWhenTheReceiverCannotBeReached(t *testing.T) {
 		s := newSink(t, &httpsink.Config{URL: rcv.URL()})
 		ctx := connect(t, s)
 		s.Close(ctx)
-		if err := s.Write(ctx, []*event.Event{mustEvent(t, change("a", 1))}); !errors.Is(err, httpsink.ErrClosed) {
+		if err := s.Write(ctx, []*encoding.Event{mustEvent(t, change("a", 1))}); !errors.Is(err, httpsink.ErrClosed) {
 			t.Fatalf("Write after Close = %v; want ErrClosed", err)
 		}
 		if err := s.Connect(ctx); !errors.Is(err, httpsink.ErrClosed) {
@@ -291,7 +289,7 @@ func TestAWriteReportsEachEventsOutcome(t *testing.T) {
 			path := freshPath()
 			s := newSink(t, &httpsink.Config{URL: rcv.URL() + path})
 			ctx := connect(t, s)
-			evs := []*event.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("b", 1)), mustEvent(t, change("c", 1))}
+			evs := []*encoding.Event{mustEvent(t, change("a", 1)), mustEvent(t, change("b", 1)), mustEvent(t, change("c", 1))}
 			rcv.Fail(c.codes...)
 			err := s.Write(ctx, evs)
 			var be *sinks.BatchError

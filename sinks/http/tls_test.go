@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	httpsink "github.com/kubewire/kubewire/sinks/http"
@@ -38,7 +37,7 @@ func TestHTTPSWithTheTestCANegotiatesHTTP2AndRefusesAnUnknownCA(t *testing.T) {
 		path := freshPath()
 		s := newSink(t, &httpsink.Config{URL: rcv.URL() + path, TLS: &httpsink.TLS{CAFile: ca.CertFile}})
 		ctx := connect(t, s)
-		if err := s.Write(ctx, []*event.Event{mustEvent(t, change("a", 1))}); err != nil {
+		if err := s.Write(ctx, []*encoding.Event{mustEvent(t, change("a", 1))}); err != nil {
 			t.Fatalf("Write over TLS: %v", err)
 		}
 		posts := rcv.Posts(path)
@@ -122,7 +121,7 @@ func TestMutualTLSPresentsTheClientCertificateAndPicksUpARenewedOne(t *testing.T
 		s := newSink(t, &httpsink.Config{URL: rcv.URL() + path,
 			TLS: &httpsink.TLS{CAFile: ca.CertFile, CertFile: certFile, KeyFile: keyFile}})
 		ctx := connect(t, s)
-		if err := s.Write(ctx, []*event.Event{mustEvent(t, change("a", 1))}); err != nil {
+		if err := s.Write(ctx, []*encoding.Event{mustEvent(t, change("a", 1))}); err != nil {
 			t.Fatalf("Write: %v", err)
 		}
 		install(ca.Client(t, "kubewire-2"))
@@ -130,7 +129,7 @@ func TestMutualTLSPresentsTheClientCertificateAndPicksUpARenewedOne(t *testing.T
 		// dials and shakes hands again.
 		rcv.Restart(t)
 		testkit.Eventually(t, "a request with the renewed certificate", func() bool {
-			_ = s.Write(ctx, []*event.Event{mustEvent(t, change("a", 2))})
+			_ = s.Write(ctx, []*encoding.Event{mustEvent(t, change("a", 2))})
 			posts := rcv.Posts(path)
 			return posts[len(posts)-1].PeerCN == "kubewire-2"
 		})

@@ -8,8 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks"
@@ -58,7 +57,7 @@ func BenchmarkWrite(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close(ctx)
-			evs := make([]*event.Event, c.n)
+			evs := make([]*encoding.Event, c.n)
 			for i := range evs {
 				evs[i] = ev
 			}

@@ -20,9 +20,9 @@ import (
 
 // binaryCorpus is every kind of event kubewire sends, and some it never
 // does but a binding must still write faithfully.
-func binaryCorpus(t *testing.T) map[string]*event.Event {
+func binaryCorpus(t *testing.T) map[string]*encoding.Event {
 	t.Helper()
-	evs := map[string]*event.Event{}
+	evs := map[string]*encoding.Event{}
 	for _, op := range []informer.Op{informer.OpAdded, informer.OpUpdated, informer.OpDeleted, informer.OpSynced} {
 		c := sinktest.Change(op, "team-ä", "cm-1", 7)
 		if op == informer.OpSynced {
@@ -59,12 +59,12 @@ func binaryCorpus(t *testing.T) map[string]*event.Event {
 	if err := odd.SetData(event.ApplicationJSON, map[string]any{"a": "\u2028 \\ \"x\""}); err != nil {
 		t.Fatal(err)
 	}
-	evs["odd attributes and non-string extensions"] = &odd
+	evs["odd attributes and non-string extensions"] = sinktest.FromCloudEvent(t, &odd)
 	noData := event.New()
 	noData.SetID("1")
 	noData.SetSource("/s")
 	noData.SetType("t")
-	evs["no data, no key, no time"] = &noData
+	evs["no data, no key, no time"] = sinktest.FromCloudEvent(t, &noData)
 	return evs
 }
 
@@ -84,7 +84,7 @@ func TestTheDirectBinaryEncodingIsWhatSDKGoWrites(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := kafka.EncodeWithSDK(ev, false)
+			want, err := kafka.EncodeWithSDK(ev.CloudEvent(), false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +112,7 @@ func TestANonStringExtensionIsWrittenInItsCanonicalForm(t *testing.T) {
 	ev.SetSource("/s")
 	ev.SetType("t")
 	ev.SetExtension("count", 42)
-	m, err := kafka.EncodeMessage(&ev, false)
+	m, err := kafka.EncodeMessage(sinktest.FromCloudEvent(t, &ev), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,22 +105,18 @@ func (w *messageWriter) remove(name string) {
 // EncodeMessage turns ev into a Kafka message in the given content mode,
 // following the CloudEvents Kafka protocol binding. The key is the
 // partitionkey extension (binding 3.3): one object, one key, one partition.
-func EncodeMessage(ev *event.Event, structured bool) (kafkago.Message, error) {
+// Binary mode, the default, is built directly; structured mode goes
+// through sdk-go's binding.
+func EncodeMessage(ev *encoding.Event, structured bool) (kafkago.Message, error) {
 	if !structured {
-		m, ok, err := encodeBinary(ev)
-		if err != nil {
-			return kafkago.Message{}, fmt.Errorf("kafka binding of event %s: %w", ev.ID(), err)
-		}
-		if ok {
-			return m, nil
-		}
+		return encodeBinary(ev), nil
 	}
-	return encodeWithSDK(ev, structured)
+	return encodeWithSDK(ev.CloudEvent(), true)
 }
 
-// encodeWithSDK is EncodeMessage through sdk-go's binding package: the
-// structured mode, a context other than 1.0, and the oracle that the
-// direct binary encoding is tested against.
+// encodeWithSDK is EncodeMessage of sdk-go's event through sdk-go's
+// binding: the structured mode, and the oracle that the direct binary
+// encoding is tested against.
 func encodeWithSDK(ev *event.Event, structured bool) (kafkago.Message, error) {
 	ctx := binding.WithForceBinary(context.Background())
 	if structured {

@@ -21,7 +21,7 @@ func TestDecodeMessageReadsBackBothContentModesAndTombstones(t *testing.T) {
 	u.SetName("web ünïcode %20")
 	u.SetUID("u-1")
 	u.SetResourceVersion("7")
-	ev, err := encoding.Event(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey("ns", u.GetName()), Object: informer.FromUnstructured(u), Observed: time.Unix(1700000000, 0).UTC()})
+	ev, err := encoding.New(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey("ns", u.GetName()), Object: informer.FromUnstructured(u), Observed: time.Unix(1700000000, 0).UTC()})
 	if err != nil {
 		t.Fatal(err)
 	}

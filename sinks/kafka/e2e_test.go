@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -242,7 +241,7 @@ func TestE2ERealKafkaRefusesAnUnexpectedSequenceAndKubewireMovesToAnEpochThatFen
 	}
 
 	before := testutil.ToFloat64(kafka.SequenceErrors.WithLabelValues("kafka-test", "out_of_order_sequence_number"))
-	evs := []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "small-2", 2))}
+	evs := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "small-2", 2))}
 	err := s.Write(context.Background(), evs)
 	if !errors.Is(err, kafkago.OutOfOrderSequenceNumber) {
 		t.Fatalf("a Write at a sequence the broker does not expect returned %v, want %v", err, kafkago.OutOfOrderSequenceNumber)

@@ -12,9 +12,9 @@ import (
 	"github.com/kubewire/kubewire/informer"
 )
 
-func mustEvent(t testing.TB, c *informer.Change) *event.Event {
+func mustEvent(t testing.TB, c *informer.Change) *encoding.Event {
 	t.Helper()
-	ev, err := encoding.Event(c)
+	ev, err := encoding.New(c)
 	if err != nil {
 		t.Fatalf("encoding %s: %v", c.Key, err)
 	}
@@ -23,7 +23,7 @@ func mustEvent(t testing.TB, c *informer.Change) *event.Event {
 
 // sameEvent checks that got carries every attribute, extension and the data
 // of want.
-func sameEvent(t *testing.T, want, got *event.Event) {
+func sameEvent(t *testing.T, want *encoding.Event, got *event.Event) {
 	t.Helper()
 	check := func(what string, w, g any) {
 		if !reflect.DeepEqual(w, g) {

@@ -11,7 +11,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/kubewire/kubewire/encoding"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
@@ -254,7 +254,7 @@ func refused(err error) bool {
 // recordKey names a record within one partition: the event it stands for
 // and its kind (an event, or the tombstone after a delete).
 type recordKey struct {
-	src  *event.Event
+	src  *encoding.Event
 	kind string
 }
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kubewire/kubewire/encoding"
@@ -60,7 +59,7 @@ func TestALateCopyOfARequestKubewireGaveUpOnNeverLandsAfterNewerChanges(t *testi
 				close(resumed)
 				return nil, nil, false // now let the broker process it
 			})
-			a2 := []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
+			a2 := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
 			if err := s.Write(context.Background(), a2); err == nil {
 				t.Fatal("a Write whose request the broker held past the request timeout reported success")
 			}
@@ -136,7 +135,7 @@ func retryAfterALostAnswer(t *testing.T, idempotent bool, want []string) {
 		close(resumed)
 		return nil, nil, false
 	})
-	evs := []*event.Event{
+	evs := []*encoding.Event{
 		mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2)),
 		mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 3)),
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -88,7 +87,7 @@ func write(t *testing.T, s sinks.Sink, evs ...*informer.Change) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var batch = make([]*event.Event, 0, len(evs))
+	var batch = make([]*encoding.Event, 0, len(evs))
 	for _, c := range evs {
 		batch = append(batch, mustEvent(t, c))
 	}
@@ -247,13 +246,13 @@ func TestAWriteThatGivesUpBeforeItsRequestIsSentNeverLands(t *testing.T) {
 	})
 	first := make(chan error, 1)
 	go func() {
-		first <- s.Write(context.Background(), []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))})
+		first <- s.Write(context.Background(), []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))})
 	}()
 	<-held
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err := s.Write(ctx, []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "withdrawn", 3))})
+	err := s.Write(ctx, []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "withdrawn", 3))})
 	if err == nil {
 		t.Fatal("a Write whose context ended while it was queued reported success")
 	}

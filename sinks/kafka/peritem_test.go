@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -56,7 +55,7 @@ func failPartition(f *fakeKafka, p int32, fail func() bool) {
 	})
 }
 
-func label(ev *event.Event) string {
+func label(ev interface{ Extensions() map[string]any }) string {
 	return ev.Extensions()[encoding.ExtName].(string) + "/" + ev.Extensions()[encoding.ExtResourceVersion].(string)
 }
 
@@ -72,7 +71,7 @@ func TestAFailingPartitionFailsOnlyItsOwnEventsAndTheirRetryLandsEachOnce(t *tes
 	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1)) // creates the topic
 
 	ok, bad := namesIn(t, 0, 2, 2, "ok-"), namesIn(t, 1, 2, 2, "bad-")
-	var evs []*event.Event
+	var evs []*encoding.Event
 	for rv := 1; rv <= 2; rv++ {
 		for i := range 2 {
 			evs = append(evs, mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", ok[i], rv)),
@@ -87,7 +86,7 @@ func TestAFailingPartitionFailsOnlyItsOwnEventsAndTheirRetryLandsEachOnce(t *tes
 	if !errors.As(err, &be) || be.Len() != len(evs) {
 		t.Fatalf("Write with one partition refusing = %v; want a sinks.BatchError over its %d events", err, len(evs))
 	}
-	var failed []*event.Event
+	var failed []*encoding.Event
 	for i, ev := range evs {
 		e := be.Err(i)
 		inBad := strings.HasPrefix(label(ev), "bad-")
@@ -137,7 +136,7 @@ func TestAnEventRefusedEvenAsAReferenceFailsAloneAndTheRestOfItsPartitionGoesOut
 	connect(t, s)
 	huge := &informer.Change{Op: informer.OpSnapshotStarted, Resource: sinktest.Resource, Key: sinktest.Resource.KeyPrefix,
 		SnapshotID: strings.Repeat("s", 10000), Observed: time.Now()}
-	evs := []*event.Event{
+	evs := []*encoding.Event{
 		mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "small", 1)),
 		mustEvent(t, huge),
 		mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "small", 2)),
@@ -168,7 +167,7 @@ type recordingSink struct {
 	writes [][]string
 }
 
-func (r *recordingSink) Write(ctx context.Context, evs []*event.Event) error {
+func (r *recordingSink) Write(ctx context.Context, evs []*encoding.Event) error {
 	var ls []string
 	for _, ev := range evs {
 		ls = append(ls, label(ev))
@@ -194,7 +193,7 @@ func TestThroughTheDispatcherOnlyTheEventsOfAFailingPartitionAreWrittenAgain(t *
 	d := sinks.NewDispatcher("kafka-test", rec, sinks.Options{Shards: 1, BatchSize: 100,
 		RetryInitial: time.Millisecond, RetryMax: 10 * time.Millisecond})
 	ok, bad := namesIn(t, 0, 2, 3, "ok-"), namesIn(t, 1, 2, 3, "bad-")
-	var want []*event.Event
+	var want []*encoding.Event
 	for rv := 1; rv <= 3; rv++ {
 		for i := range 3 {
 			for _, name := range []string{ok[i], bad[i]} {

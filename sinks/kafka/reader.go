@@ -10,10 +10,11 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	kafkago "github.com/segmentio/kafka-go"
 
+	"strconv"
+
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks"
-	"strconv"
 )
 
 // Record is one record read back from a topic: an event, or a tombstone

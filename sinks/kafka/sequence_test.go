@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -107,7 +106,7 @@ func TestABatchWhoseFateIsUnknownGoesOutAgainByteForByte(t *testing.T) {
 		return nil, nil, false
 	})
 	resends := testutil.ToFloat64(kafka.ProduceResends.WithLabelValues("kafka-test"))
-	evs := []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
+	evs := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
 	if err := s.Write(context.Background(), evs); err == nil {
 		t.Fatal("a Write answered with REQUEST_TIMED_OUT reported success")
 	}
@@ -160,7 +159,7 @@ func TestOnlyABatchThatMayBeInTheLogIsResentBeforeTheNextOne(t *testing.T) {
 			f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				return produceAnswer(req, c.code), nil, true
 			})
-			a2 := []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
+			a2 := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
 			if err := s.Write(context.Background(), a2); err == nil {
 				t.Fatal("a Write the broker refused reported success")
 			}
@@ -226,7 +225,7 @@ func TestASequenceErrorIsReportedAsPossibleDataLossAndThePartitionRecoversUnderA
 				return produceAnswer(req, c.code), nil, true
 			})
 			before := testutil.ToFloat64(kafka.SequenceErrors.WithLabelValues("kafka-test", c.label))
-			evs := []*event.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
+			evs := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
 			if err := s.Write(context.Background(), evs); err == nil {
 				t.Fatalf("a Write answered with %s reported success", c.name)
 			}

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/kubewire/kubewire/encoding"
@@ -22,7 +21,7 @@ const partitionsMaxAge = 30 * time.Second
 // topicFor expands the topic template for the event's resource, which it
 // reads from the event's source (encoding.ParseSource). Sources repeat, so
 // the result is cached.
-func (s *Sink) topicFor(ev *event.Event) (string, error) {
+func (s *Sink) topicFor(ev *encoding.Event) (string, error) {
 	src := ev.Source()
 	s.mu.Lock()
 	t, ok := s.sources[src]

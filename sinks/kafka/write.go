@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/kubewire/kubewire/encoding"
@@ -30,10 +29,10 @@ type record struct {
 	headers    []kafkago.Header
 	time       time.Time
 	kind       string
-	ev         *event.Event // nil for a tombstone
+	ev         *encoding.Event // nil for a tombstone
 	// src is the event the record stands for (a tombstone's is its
 	// delete); with the kind it names the record in partition.resolved.
-	src *event.Event
+	src *encoding.Event
 	// idx is the index of src in the Write's events, whose outcome the
 	// record's decides.
 	idx int
@@ -49,7 +48,7 @@ func (r *record) size() int {
 	return n
 }
 
-func (s *Sink) newRecord(ev *event.Event) (record, error) {
+func (s *Sink) newRecord(ev *encoding.Event) (record, error) {
 	m, err := EncodeMessage(ev, s.structured)
 	if err != nil {
 		return record{}, err
@@ -58,11 +57,11 @@ func (s *Sink) newRecord(ev *event.Event) (record, error) {
 	if isMarker(ev) {
 		kind = kindMarker
 	}
-	object := encoding.Extension(ev, encoding.ExtPartitionKey)
+	object := ev.Extension(encoding.ExtPartitionKey)
 	return record{key: m.Key, value: m.Value, headers: m.Headers, time: ev.Time(), kind: kind, ev: ev, src: ev, object: object}, nil
 }
 
-func isMarker(ev *event.Event) bool {
+func isMarker(ev *encoding.Event) bool {
 	t := ev.Type()
 	return t == encoding.TypeSnapshotStarted || t == encoding.TypeSnapshotCompleted
 }
@@ -84,7 +83,7 @@ type group struct {
 // them in order and stops at the first failure; every record after it
 // fails with it. An event whose topic cannot be looked up fails with every
 // later event of that topic, hence of its key.
-func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
+func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 	s.mu.Lock()
 	closed := s.closed || s.client == nil
 	s.mu.Unlock()

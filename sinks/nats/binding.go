@@ -1,9 +1,7 @@
 package nats
 
 import (
-	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
@@ -31,21 +29,11 @@ const headerContentType = "Content-Type"
 // included, in its own ce- header with a percent-encoded value; the data,
 // untouched, as the body.
 //
-// It runs once per event and sink, so it reads a 1.0 context's fields and
-// extensions map directly (ev.Extensions() copies the map on every call),
-// names the headers of known attributes with constants, and gives every
-// header's value slice one shared backing array.
-func binaryMessage(subject string, ev *event.Event) (*natsgo.Msg, error) {
-	c, ok := ev.Context.(*event.EventContextV1)
-	if !ok {
-		return binaryMessageOf(subject, ev)
-	}
-	n := 4 + len(c.Extensions)
-	for _, set := range []bool{c.Subject != nil, c.Time != nil, c.DataContentType != nil, c.DataSchema != nil} {
-		if set {
-			n++
-		}
-	}
+// It runs once per event and sink, so it names the headers of known
+// attributes with constants and gives every header's value slice one
+// shared backing array.
+func binaryMessage(subject string, ev *encoding.Event) *natsgo.Msg {
+	n := 8 + ev.Len()
 	h := make(natsgo.Header, n)
 	vals := make([]string, 0, n)
 	set := func(name, v string) {
@@ -53,62 +41,26 @@ func binaryMessage(subject string, ev *event.Event) (*natsgo.Msg, error) {
 		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	set(headerSpecVersion, event.CloudEventsVersionV1)
-	set(headerID, c.ID)
-	set(headerSource, c.Source.String())
-	set(headerType, c.Type)
-	if c.Subject != nil && *c.Subject != "" {
-		set(headerSubject, *c.Subject)
-	}
-	if c.Time != nil && !c.Time.IsZero() {
-		set(headerTime, types.FormatTime(c.Time.Time))
-	}
-	if c.DataContentType != nil && *c.DataContentType != "" {
-		set(headerDataContentType, *c.DataContentType)
-	}
-	if c.DataSchema != nil {
-		if v := c.DataSchema.String(); v != "" {
-			set(headerDataSchema, v)
-		}
-	}
-	for name, v := range c.Extensions {
-		s, err := encoding.ExtensionValue(v)
-		if err != nil {
-			return nil, fmt.Errorf("extension %q: %w", name, err)
-		}
-		set(extensionHeaders.Extension(name), s)
-	}
-	return &natsgo.Msg{Subject: subject, Header: h, Data: ev.Data()}, nil
-}
-
-// binaryMessageOf is binaryMessage through the event's accessors, for a
-// context that is not 1.0; tests hold binaryMessage to it.
-func binaryMessageOf(subject string, ev *event.Event) (*natsgo.Msg, error) {
-	h := make(natsgo.Header, 8+len(ev.Extensions()))
-	set := func(name, v string) { h[HeaderPrefix+name] = []string{encoding.EncodeHeaderValue(v)} }
-	set("specversion", ev.SpecVersion())
-	set("id", ev.ID())
-	set("source", ev.Source())
-	set("type", ev.Type())
+	set(headerID, ev.ID())
+	set(headerSource, ev.Source())
+	set(headerType, ev.Type())
 	if v := ev.Subject(); v != "" {
-		set("subject", v)
+		set(headerSubject, v)
 	}
 	if t := ev.Time(); !t.IsZero() {
-		set("time", types.FormatTime(t))
+		set(headerTime, types.FormatTime(t))
 	}
 	if v := ev.DataContentType(); v != "" {
-		set("datacontenttype", v)
+		set(headerDataContentType, v)
 	}
 	if v := ev.DataSchema(); v != "" {
-		set("dataschema", v)
+		set(headerDataSchema, v)
 	}
-	for name, v := range ev.Extensions() {
-		s, err := types.Format(v)
-		if err != nil {
-			return nil, fmt.Errorf("extension %q: %w", name, err)
-		}
-		set(strings.ToLower(name), s)
+	for i := range ev.Len() {
+		x := ev.At(i)
+		set(extensionHeaders.Extension(x.Name), x.Value)
 	}
-	return &natsgo.Msg{Subject: subject, Header: h, Data: ev.Data()}, nil
+	return &natsgo.Msg{Subject: subject, Header: h, Data: ev.Data()}
 }
 
 // Header names of the spec's attributes in binary mode.
@@ -128,8 +80,8 @@ var extensionHeaders = encoding.NewHeaderNames(HeaderPrefix)
 
 // structuredMessage maps ev to a structured-mode message: the JSON event
 // format as the body.
-func structuredMessage(subject string, ev *event.Event) (*natsgo.Msg, error) {
-	body, err := json.Marshal(ev)
+func structuredMessage(subject string, ev *encoding.Event) (*natsgo.Msg, error) {
+	body, err := ev.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("marshal structured event: %w", err)
 	}

@@ -3,9 +3,9 @@ package nats
 import (
 	"testing"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	natsgo "github.com/nats-io/nats.go"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
@@ -23,8 +23,8 @@ func BenchmarkMessage(b *testing.B) {
 	}
 	for _, mode := range []struct {
 		name string
-		bind func(string, *event.Event) (*natsgo.Msg, error)
-	}{{"binary", binaryMessage}, {"structured", structuredMessage}} {
+		bind func(string, *encoding.Event) (*natsgo.Msg, error)
+	}{{"binary", func(subject string, ev *encoding.Event) (*natsgo.Msg, error) { return binaryMessage(subject, ev), nil }}, {"structured", structuredMessage}} {
 		for _, k := range benchdata.Kinds {
 			b.Run(mode.name+"/"+k.Name, func(b *testing.B) {
 				ev := sinktest.BenchEvent(b, k)

@@ -15,6 +15,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
+	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
 // The vectors come from the binding's text (3.1.3.2), not from our encoder.
@@ -141,7 +142,7 @@ func TestABinaryMessageCarriesEveryAttributeInCEHeadersAndTheMessageID(t *testin
 	if err := ev.SetData(event.ApplicationJSON, []byte(`{"a":"ü"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, []*event.Event{&ev}); err != nil {
+	if err := s.Write(ctx, []*encoding.Event{sinktest.FromCloudEvent(t, &ev)}); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 
@@ -225,7 +226,7 @@ func TestAStructuredMessageIsTheJSONEventWithTheCloudEventsContentType(t *testin
 	if err := ev.SetData(event.ApplicationJSON, []byte(`{"k":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, []*event.Event{&ev}); err != nil {
+	if err := s.Write(ctx, []*encoding.Event{sinktest.FromCloudEvent(t, &ev)}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := sub.NextMsg(10 * time.Second)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -22,12 +21,12 @@ import (
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
-func events(t *testing.T, keys, perKey int) []*event.Event {
+func events(t *testing.T, keys, perKey int) []*encoding.Event {
 	t.Helper()
-	var out []*event.Event
+	var out []*encoding.Event
 	for rv := 1; rv <= perKey; rv++ {
 		for k := range keys {
-			ev, err := encoding.Event(sinktest.Change(informer.OpUpdated, "ns", "cm-"+strconv.Itoa(k), rv))
+			ev, err := encoding.New(sinktest.Change(informer.OpUpdated, "ns", "cm-"+strconv.Itoa(k), rv))
 			if err != nil {
 				t.Fatal(err)
 			}

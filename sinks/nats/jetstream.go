@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -44,11 +43,11 @@ import (
 // same Nats-Msg-Id. Nothing newer of its key was sent meanwhile, so the
 // key's order holds. Only a reference that is refused too is a failure, a
 // permanent one of that event alone: the key goes on.
-func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, events []*event.Event, msgs []*natsgo.Msg, o *outcomes) {
+func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, events []*encoding.Event, msgs []*natsgo.Msg, o *outcomes) {
 	// Each key's messages, in order; keys in order of first appearance.
 	var keys []string
 	queue := map[string][]int{}
-	keyOf := func(i int) string { return encoding.Extension(events[i], encoding.ExtPartitionKey) }
+	keyOf := func(i int) string { return events[i].Extension(encoding.ExtPartitionKey) }
 	for i := range events {
 		if msgs[i] == nil {
 			continue // refused already

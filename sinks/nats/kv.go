@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -133,7 +132,7 @@ type kvWindowKey struct{ resource, snapshotID string }
 // key ends at its newest value. Its stream message is deduplicated by
 // Nats-Msg-Id. A completed marker prunes nothing if anything before it in
 // the batch failed: the key of a failed put would look stale.
-func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, events []*event.Event, o *outcomes) {
+func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, events []*encoding.Event, o *outcomes) {
 	prefix := "$KV." + s.cfg.JetStream.KV.Bucket + "."
 	var msgs []*natsgo.Msg
 	var owner []int // the event of each of msgs
@@ -149,7 +148,7 @@ func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream
 		if o.failed(i) {
 			continue // the stream did not take it
 		}
-		key := encoding.Extension(ev, encoding.ExtPartitionKey)
+		key := ev.Extension(encoding.ExtPartitionKey)
 		switch ev.Type() {
 		case encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeSynced:
 			m, err := s.kvPut(prefix+KVKey(key), ev)
@@ -164,7 +163,7 @@ func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream
 			msgs, owner = append(msgs, m), append(owner, i)
 		case encoding.TypeSnapshotStarted, encoding.TypeSnapshotCompleted:
 			flush()
-			sid := encoding.Extension(ev, encoding.ExtSnapshotID)
+			sid := ev.Extension(encoding.ExtSnapshotID)
 			wk := kvWindowKey{key, sid}
 			if ev.Type() == encoding.TypeSnapshotStarted {
 				last, err := kvLastRevision(ctx, kv)
@@ -202,7 +201,7 @@ func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream
 // kvPut is the put of ev's structured JSON at subject. An event larger than
 // the server's max_payload is put as its reference event, as the stream
 // does; one that is still too large is refused permanently.
-func (s *Sink) kvPut(subject string, ev *event.Event) (*natsgo.Msg, error) {
+func (s *Sink) kvPut(subject string, ev *encoding.Event) (*natsgo.Msg, error) {
 	body, err := json.Marshal(ev)
 	if err != nil {
 		return nil, sinks.Permanent(fmt.Errorf("nats: event %s: %w", ev.ID(), err))

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kubewire/kubewire/encoding"
@@ -74,12 +73,12 @@ func TestAWriteWhoseBucketWriteFailsIsNotDeliveredAndARetrySucceedsOnceTheBucket
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := func(op informer.Op, name string, rv int) []*event.Event {
-		e, err := encoding.Event(sinktest.Change(op, "ns", name, rv))
+	ev := func(op informer.Op, name string, rv int) []*encoding.Event {
+		e, err := encoding.New(sinktest.Change(op, "ns", name, rv))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return []*event.Event{e}
+		return []*encoding.Event{e}
 	}
 	if err := s.Write(ctx, ev(informer.OpAdded, "a", 1)); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,7 +18,7 @@ import (
 // referenceMessage is the message of ev's reference event
 // (encoding.ReferenceEvent), which takes the place of ev when ev is too
 // large. An error is permanent: retrying cannot make it smaller.
-func (s *Sink) referenceMessage(ev *event.Event) (*natsgo.Msg, error) {
+func (s *Sink) referenceMessage(ev *encoding.Event) (*natsgo.Msg, error) {
 	ref, err := encoding.ReferenceEvent(ev)
 	if err == nil {
 		var m *natsgo.Msg
@@ -33,9 +32,9 @@ func (s *Sink) referenceMessage(ev *event.Event) (*natsgo.Msg, error) {
 // sentReference counts and logs an event that went out as its reference
 // event because its full message was too large. The log names the event,
 // never its data.
-func (s *Sink) sentReference(ev *event.Event, full *natsgo.Msg) {
+func (s *Sink) sentReference(ev *encoding.Event, full *natsgo.Msg) {
 	mOversized.WithLabelValues(s.name, "reference").Inc()
-	pk := encoding.Extension(ev, encoding.ExtPartitionKey)
+	pk := ev.Extension(encoding.ExtPartitionKey)
 	s.log.Warn("event too large for NATS; sent a reference to the object instead",
 		"id", ev.ID(), "partitionkey", pk, "subject", full.Subject, "bytes", msgSize(full))
 }

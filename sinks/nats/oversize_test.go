@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -127,9 +126,9 @@ func TestAnEventTooLargeForTheServerArrivesAsAReferenceEventWithItsId(t *testing
 				sinktest.Change(informer.OpUpdated, "team-a", "big", 3), // the same object, small again
 				sinktest.Change(informer.OpUpdated, "team-a", "small-2", 4),
 			}
-			evs := make([]*event.Event, len(changes))
+			evs := make([]*encoding.Event, len(changes))
 			for i, c := range changes {
-				if evs[i], err = encoding.Event(c); err != nil {
+				if evs[i], err = encoding.New(c); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -199,7 +198,7 @@ func TestAnEventTooLargeForTheServerArrivesAsAReferenceEventWithItsId(t *testing
 	}
 }
 
-func extString(ev *event.Event, name string) string {
+func extString(ev interface{ Extensions() map[string]any }, name string) string {
 	s, _ := ev.Extensions()[name].(string)
 	return s
 }
@@ -258,12 +257,12 @@ func TestAnEventWhoseReferenceIsTooLargeTooFailsPermanentlyAndIsCountedAsDropped
 				t.Fatal(err)
 			}
 			defer s.Close(ctx)
-			ev, err := encoding.Event(bigConfigMap(2, 4<<10))
+			ev, err := encoding.New(bigConfigMap(2, 4<<10))
 			if err != nil {
 				t.Fatal(err)
 			}
 			before := testutil.ToFloat64(kwnats.Oversized.WithLabelValues(name, "dropped"))
-			err = s.Write(ctx, []*event.Event{ev})
+			err = s.Write(ctx, []*encoding.Event{ev})
 			if !errors.Is(err, sinks.ErrPermanent) || !errors.Is(err, sinks.ErrTooLarge) || !strings.Contains(err.Error(), "even as a reference") {
 				t.Fatalf("Write = %v; want a permanent, too-large failure that says even the reference was too large", err)
 			}
@@ -293,11 +292,11 @@ func TestAnOversizedEventWithoutAReferenceEventFailsPermanentlyRatherThanForever
 			// A snapshot marker names no object, so it has no reference.
 			c := sinktest.Change(informer.OpSnapshotStarted, "", "", 0)
 			c.Object, c.Key, c.SnapshotID = nil, sinktest.Resource.KeyPrefix, strings.Repeat("s", 2*maxPayload)
-			ev, err := encoding.Event(c)
+			ev, err := encoding.New(c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Write(ctx, []*event.Event{ev}); !errors.Is(err, sinks.ErrPermanent) || !errors.Is(err, sinks.ErrTooLarge) {
+			if err := s.Write(ctx, []*encoding.Event{ev}); !errors.Is(err, sinks.ErrPermanent) || !errors.Is(err, sinks.ErrTooLarge) {
 				t.Fatalf("Write = %.300v...; want a permanent, too-large failure", err)
 			}
 		})

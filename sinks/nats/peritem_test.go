@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,7 +21,7 @@ import (
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
-func label(ev *event.Event) string {
+func label(ev interface{ Extensions() map[string]any }) string {
 	return extString(ev, encoding.ExtNamespace) + "/" + extString(ev, encoding.ExtName) + "@" + extString(ev, encoding.ExtResourceVersion)
 }
 
@@ -54,11 +53,11 @@ func TestAJetStreamWriteReportsEachEventAndTheStreamTakesThoseItCaptures(t *test
 	}
 	defer s.Close(ctx)
 
-	var evs []*event.Event
+	var evs []*encoding.Event
 	for rv := 1; rv <= 3; rv++ {
 		for k := range 3 {
 			for _, ns := range []string{"team-b", "team-a"} {
-				ev, err := encoding.Event(sinktest.Change(informer.OpUpdated, ns, "cm-"+strconv.Itoa(k), rv))
+				ev, err := encoding.New(sinktest.Change(informer.OpUpdated, ns, "cm-"+strconv.Itoa(k), rv))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -71,7 +70,7 @@ func TestAJetStreamWriteReportsEachEventAndTheStreamTakesThoseItCaptures(t *test
 	if !errors.As(err, &be) || be.Len() != len(evs) {
 		t.Fatalf("Write with one namespace's stream missing = %.300v; want a sinks.BatchError over its %d events", err, len(evs))
 	}
-	var failed []*event.Event
+	var failed []*encoding.Event
 	for i, ev := range evs {
 		e := be.Err(i)
 		captured := strings.HasPrefix(label(ev), "team-a/")
@@ -160,11 +159,11 @@ func TestAnEventRefusedEvenAsAReferenceFailsAloneAndTheEventsAroundItArePublishe
 
 			huge := sinktest.Change(informer.OpSnapshotStarted, "", "", 0)
 			huge.Object, huge.Key, huge.SnapshotID = nil, sinktest.Resource.KeyPrefix, strings.Repeat("s", 2*maxPayload)
-			var evs []*event.Event
+			var evs []*encoding.Event
 			for _, c := range []*informer.Change{
 				sinktest.Change(informer.OpUpdated, "team-a", "next", 1), huge, sinktest.Change(informer.OpUpdated, "team-a", "next", 2),
 			} {
-				ev, err := encoding.Event(c)
+				ev, err := encoding.New(c)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/jwt/v2"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
@@ -236,7 +235,7 @@ func TestTheSinkConnectsWithEachSecuredSetupAndAWrongSecretFailsWithoutShowingIt
 				}
 				defer s.Close(context.Background())
 				sent := sinktestEvent(t)
-				if err := s.Write(ctx, []*event.Event{sent}); err != nil {
+				if err := s.Write(ctx, []*encoding.Event{sent}); err != nil {
 					t.Fatalf("Write: %v", err)
 				}
 				m, err := sub.NextMsg(10 * time.Second)
@@ -324,9 +323,9 @@ func securedSink(t *testing.T, name string, cfg *kwnats.Config, logs *testkit.Bu
 	return s
 }
 
-func sinktestEvent(t *testing.T) *event.Event {
+func sinktestEvent(t *testing.T) *encoding.Event {
 	t.Helper()
-	ev, err := encoding.Event(sinktest.Change(informer.OpAdded, "team-a", "secured", 1))
+	ev, err := encoding.New(sinktest.Change(informer.OpAdded, "team-a", "secured", 1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/encoding/template"
 )
@@ -140,7 +138,7 @@ type subjectValues [numPlaceholders]string
 
 // Subject returns the subject of ev. It fails only for an event that does not
 // follow kubewire's event contract (a source it cannot parse).
-func (t *Template) Subject(ev *event.Event) (string, error) {
+func (t *Template) Subject(ev *encoding.Event) (string, error) {
 	v, err := valuesOf(ev)
 	if err != nil {
 		return "", err
@@ -151,13 +149,13 @@ func (t *Template) Subject(ev *event.Event) (string, error) {
 // valuesOf reads the subject values from the event contract, each escaped
 // into one token: group, version and resource from the source, the rest from
 // extensions.
-func valuesOf(ev *event.Event) (subjectValues, error) {
+func valuesOf(ev *encoding.Event) (subjectValues, error) {
 	var v subjectValues
 	src, ok := encoding.ParseSource(ev.Source())
 	if !ok {
 		return v, fmt.Errorf("event %s: source %q is not a kubewire resource source", ev.ID(), ev.Source())
 	}
-	ext := func(name string) string { return encoding.Extension(ev, name) }
+	ext := func(name string) string { return ev.Extension(name) }
 	cluster := ext(encoding.ExtCluster)
 	if cluster == "" {
 		cluster = src.Cluster

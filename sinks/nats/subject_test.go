@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats-server/v2/server"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -15,7 +14,7 @@ import (
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
 
-func objectEvent(t testing.TB, group, version, resource, namespace, name string) *event.Event {
+func objectEvent(t testing.TB, group, version, resource, namespace, name string) *encoding.Event {
 	t.Helper()
 	ev, err := tryObjectEvent(group, version, resource, namespace, name)
 	if err != nil {
@@ -24,7 +23,7 @@ func objectEvent(t testing.TB, group, version, resource, namespace, name string)
 	return ev
 }
 
-func tryObjectEvent(group, version, resource, namespace, name string) (*event.Event, error) {
+func tryObjectEvent(group, version, resource, namespace, name string) (*encoding.Event, error) {
 	res := informer.NewResource("demo", schema.GroupVersionResource{Group: group, Version: version, Resource: resource}, "Thing", namespace != "")
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion(schema.GroupVersion{Group: group, Version: version}.String())
@@ -33,7 +32,7 @@ func tryObjectEvent(group, version, resource, namespace, name string) (*event.Ev
 	u.SetName(name)
 	u.SetUID("uid")
 	u.SetResourceVersion("1")
-	return encoding.Event(&informer.Change{Op: informer.OpAdded, Resource: res, Key: res.ObjectKey(namespace, name), Object: informer.FromUnstructured(u), Observed: time.Unix(1, 0)})
+	return encoding.New(&informer.Change{Op: informer.OpAdded, Resource: res, Key: res.ObjectKey(namespace, name), Object: informer.FromUnstructured(u), Observed: time.Unix(1, 0)})
 }
 
 func TestSubjectsEscapeEveryTokenAndUseFixedTokensForMissingValues(t *testing.T) {
@@ -87,7 +86,7 @@ func TestSnapshotMarkersGoToTheResourcesSnapshotSubject(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := informer.NewResource("demo", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
-	ev, err := encoding.Event(&informer.Change{Op: informer.OpSnapshotStarted, Resource: res, Key: res.KeyPrefix, SnapshotID: "s1", Observed: time.Unix(1, 0)})
+	ev, err := encoding.New(&informer.Change{Op: informer.OpSnapshotStarted, Resource: res, Key: res.KeyPrefix, SnapshotID: "s1", Observed: time.Unix(1, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -23,7 +22,7 @@ import (
 // flush in core mode. With jetstream.kv, the events the stream took are
 // then written to the bucket too (writeKV), and an event is acknowledged
 // only once both have taken it.
-func (s *Sink) Write(ctx context.Context, events []*event.Event) error {
+func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 	o := outcomes{n: len(events)}
 	msgs := make([]*natsgo.Msg, len(events))
 	for i, ev := range events {
@@ -96,13 +95,13 @@ func (o *outcomes) failRest(first int, err error) {
 // event of its key that failed transiently: it may have overtaken that
 // event (in the bucket, whose writes are not ordered per key), so it is
 // written again after it.
-func (o *outcomes) holdBack(events []*event.Event) {
+func (o *outcomes) holdBack(events []*encoding.Event) {
 	if o.be == nil {
 		return
 	}
 	var failedKeys map[string]bool
 	for i, ev := range events {
-		k := encoding.Extension(ev, encoding.ExtPartitionKey)
+		k := ev.Extension(encoding.ExtPartitionKey)
 		err := o.be.Err(i)
 		switch {
 		case err == nil && failedKeys[k]:
@@ -116,7 +115,7 @@ func (o *outcomes) holdBack(events []*event.Event) {
 	}
 }
 
-func (s *Sink) message(ev *event.Event) (*natsgo.Msg, error) {
+func (s *Sink) message(ev *encoding.Event) (*natsgo.Msg, error) {
 	subject, err := s.tmpl.Subject(ev)
 	if err != nil {
 		return nil, err
@@ -125,7 +124,7 @@ func (s *Sink) message(ev *event.Event) (*natsgo.Msg, error) {
 	if s.cfg.ContentMode == config.ContentModeStructured {
 		m, err = structuredMessage(subject, ev)
 	} else {
-		m, err = binaryMessage(subject, ev)
+		m = binaryMessage(subject, ev)
 	}
 	if err != nil {
 		return nil, err
@@ -149,7 +148,7 @@ func (s *Sink) message(ev *event.Event) (*natsgo.Msg, error) {
 // A publish that fails otherwise is the connection's failure: it fails
 // every event not refused, since those before it may sit in the reconnect
 // buffer with no flush that could confirm them.
-func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*event.Event, msgs []*natsgo.Msg, o *outcomes) {
+func (s *Sink) writeCore(ctx context.Context, nc *natsgo.Conn, events []*encoding.Event, msgs []*natsgo.Msg, o *outcomes) {
 	for i, m := range msgs {
 		if m == nil {
 			continue // refused already

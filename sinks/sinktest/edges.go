@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/sinks"
@@ -40,7 +38,7 @@ func hugeMarker(size int) *informer.Change {
 func refusal(t *testing.T, h Harness) {
 	s, read, ctx := connected(t, h)
 	huge := mustEvent(t, hugeMarker(h.OversizeBytes))
-	err := writeSettled(ctx, t, s, []*event.Event{huge})
+	err := writeSettled(ctx, t, s, []*encoding.Event{huge})
 	if !errors.Is(err, sinks.ErrPermanent) {
 		s.Close(context.Background())
 		t.Fatalf("Write of an event the broker can never take = %.300v; want an error wrapping sinks.ErrPermanent, "+
@@ -49,7 +47,7 @@ func refusal(t *testing.T, h Harness) {
 	// Between two events the broker takes, the refusal names the refused
 	// event alone: the others are acknowledged, not refused with it and not
 	// left for a rewrite one at a time.
-	around := []*event.Event{
+	around := []*encoding.Event{
 		mustEvent(t, Change(informer.OpUpdated, "team-0", "next-to-refused", 1)),
 		huge,
 		mustEvent(t, Change(informer.OpUpdated, "team-0", "next-to-refused", 2)),
@@ -65,8 +63,8 @@ func refusal(t *testing.T, h Harness) {
 		}
 	}
 	if !t.Failed() {
-		got := waitForAll(ctx, t, read, []*event.Event{around[0], around[2]}, h.Timeout)
-		checkKeyOrder(t, []*event.Event{around[0], around[2]}, got)
+		got := waitForAll(ctx, t, read, []*encoding.Event{around[0], around[2]}, h.Timeout)
+		checkKeyOrder(t, []*encoding.Event{around[0], around[2]}, got)
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Errorf("Close: %v", err)
@@ -82,7 +80,7 @@ func refusal(t *testing.T, h Harness) {
 	if n := d.Close(ctx); n != 0 {
 		t.Fatalf("the dispatcher reported %d events undelivered; want the refused one dropped and the next delivered", n)
 	}
-	waitForAll(ctx, t, read, []*event.Event{mustEvent(t, next)}, h.Timeout)
+	waitForAll(ctx, t, read, []*encoding.Event{mustEvent(t, next)}, h.Timeout)
 }
 
 // oversize writes an object's event too large for the broker between two
@@ -95,7 +93,7 @@ func oversize(t *testing.T, h Harness) {
 	bigObject.Object["data"] = map[string]any{"blob": strings.Repeat("x", h.OversizeBytes)}
 	big := ChangeOf(informer.OpUpdated, bigObject)
 	after := Change(informer.OpUpdated, "team-0", "big", 3)
-	sent := []*event.Event{mustEvent(t, before), mustEvent(t, big), mustEvent(t, after)}
+	sent := []*encoding.Event{mustEvent(t, before), mustEvent(t, big), mustEvent(t, after)}
 	err := writeSettled(ctx, t, s, sent)
 	switch {
 	case errors.Is(err, sinks.ErrPermanent):
@@ -107,7 +105,7 @@ func oversize(t *testing.T, h Harness) {
 					"(a refusal must name its event, in a sinks.BatchError)", sent[i].ID(), e)
 			}
 		}
-		neighbours := []*event.Event{sent[0], sent[2]}
+		neighbours := []*encoding.Event{sent[0], sent[2]}
 		checkKeyOrder(t, neighbours, waitForAll(ctx, t, read, neighbours, h.Timeout))
 		return
 	case err != nil:
@@ -141,7 +139,7 @@ const settleTime = 15 * time.Second
 // only a failure that lasts settleTime counts as the answer. It returns
 // what it learned of each event as a Write would: nil if every event was
 // acknowledged, else a BatchError over evs.
-func writeSettled(ctx context.Context, t *testing.T, s sinks.Sink, evs []*event.Event) error {
+func writeSettled(ctx context.Context, t *testing.T, s sinks.Sink, evs []*encoding.Event) error {
 	t.Helper()
 	deadline := time.Now().Add(settleTime)
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -151,7 +149,7 @@ func writeSettled(ctx context.Context, t *testing.T, s sinks.Sink, evs []*event.
 	for i := range pending {
 		pending[i] = i
 	}
-	batch := make([]*event.Event, 0, len(evs))
+	batch := make([]*encoding.Event, 0, len(evs))
 	for {
 		batch = batch[:0]
 		for _, i := range pending {
@@ -192,7 +190,7 @@ func writeAfterClose(t *testing.T, h Harness) {
 		t.Fatalf("Close: %v", err)
 	}
 	err := noPanic(t, "Write after Close", func() error {
-		return s.Write(ctx, []*event.Event{mustEvent(t, Change(informer.OpAdded, "team-0", "late", 1))})
+		return s.Write(ctx, []*encoding.Event{mustEvent(t, Change(informer.OpAdded, "team-0", "late", 1))})
 	})
 	if err == nil {
 		t.Fatal("Write after Close succeeded; want an error, since nothing delivers it")

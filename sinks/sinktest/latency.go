@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -86,7 +85,7 @@ func (t *timedSink) mark(id string) {
 	t.mu.Unlock()
 }
 
-func (t *timedSink) Write(ctx context.Context, evs []*event.Event) error {
+func (t *timedSink) Write(ctx context.Context, evs []*encoding.Event) error {
 	err := t.Sink.Write(ctx, evs)
 	var failed func(i int) bool
 	if err != nil {

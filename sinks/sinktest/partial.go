@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -18,7 +17,7 @@ import (
 // contract of sinks.Sink.Write: a BatchError covers exactly the events
 // written, and no event is acknowledged after an earlier event of its key
 // failed transiently (it would have overtaken that event at the broker).
-func checkOutcome(t testing.TB, evs []*event.Event, err error) {
+func checkOutcome(t testing.TB, evs []*encoding.Event, err error) {
 	t.Helper()
 	var be *sinks.BatchError
 	if errors.As(err, &be) && be.Len() != len(evs) {
@@ -57,7 +56,7 @@ type contractSink struct {
 
 func checked(t testing.TB, s sinks.Sink) sinks.Sink { return &contractSink{Sink: s, t: t} }
 
-func (c *contractSink) Write(ctx context.Context, evs []*event.Event) error {
+func (c *contractSink) Write(ctx context.Context, evs []*encoding.Event) error {
 	err := c.Sink.Write(ctx, evs)
 	checkOutcome(c.t, evs, err)
 	return err
@@ -88,7 +87,7 @@ func partial(t *testing.T, h Harness) {
 	defer s.Close(context.Background())
 
 	const keys, perKey = 3, 4
-	var sent []*event.Event
+	var sent []*encoding.Event
 	for rv := 1; rv <= perKey; rv++ {
 		for k := range keys {
 			sent = append(sent,
@@ -96,7 +95,7 @@ func partial(t *testing.T, h Harness) {
 				mustEvent(t, ClusterChange(informer.OpUpdated, "partial-node-"+strconv.Itoa(k), rv)))
 		}
 	}
-	blocked := func(ev *event.Event) bool { return strings.HasPrefix(key(ev), ClusterResource.KeyPrefix+"/") }
+	blocked := func(ev *encoding.Event) bool { return strings.HasPrefix(key(ev), ClusterResource.KeyPrefix+"/") }
 
 	everFailed := map[string]bool{}
 	pending := sent
@@ -105,7 +104,7 @@ func partial(t *testing.T, h Harness) {
 	for attempt := 1; len(pending) > 0; attempt++ {
 		err := s.Write(ctx, pending)
 		checkOutcome(t, pending, err)
-		var failed []*event.Event
+		var failed []*encoding.Event
 		for i, ev := range pending {
 			ierr := sinks.ItemError(err, i)
 			switch {

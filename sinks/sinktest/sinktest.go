@@ -161,7 +161,7 @@ func batch(t *testing.T, h Harness) {
 	defer s.Close(context.Background())
 
 	const keys, perKey = 5, 6
-	var sent []*event.Event
+	var sent []*encoding.Event
 	for rv := 1; rv <= perKey; rv++ {
 		for k := range keys {
 			op := informer.OpUpdated
@@ -191,7 +191,7 @@ func batch(t *testing.T, h Harness) {
 		if err == nil {
 			break
 		}
-		var failed []*event.Event
+		var failed []*encoding.Event
 		for i, ev := range pending {
 			ierr := sinks.ItemError(err, i)
 			if ierr == nil {
@@ -229,7 +229,7 @@ func order(t *testing.T, h Harness) {
 	d := sinks.NewDispatcher("sinktest-order", checked(t, s), dispatchOptions(t))
 	d.Start()
 	const keys, perKey = 20, 25
-	var sent []*event.Event
+	var sent []*encoding.Event
 	for rv := 1; rv <= perKey; rv++ {
 		for k := range keys {
 			c := Change(informer.OpUpdated, nsOf(k), "cm-"+strconv.Itoa(k), rv)
@@ -251,7 +251,7 @@ func restart(t *testing.T, h Harness) {
 	d := sinks.NewDispatcher("sinktest-restart", checked(t, s), dispatchOptions(t))
 	d.Start()
 	const keys, perKey = 30, 40
-	var sent []*event.Event
+	var sent []*encoding.Event
 	enqueue := func(from, to int) {
 		for rv := from; rv <= to; rv++ {
 			for k := range keys {
@@ -294,7 +294,7 @@ func dispatchOptions(t *testing.T) sinks.Options {
 
 // waitForAll reads until every sent id is present or the timeout passes, and
 // returns the last read.
-func waitForAll(ctx context.Context, t *testing.T, read Reader, sent []*event.Event, timeout time.Duration) []*event.Event {
+func waitForAll(ctx context.Context, t *testing.T, read Reader, sent []*encoding.Event, timeout time.Duration) []*event.Event {
 	t.Helper()
 	var got []*event.Event
 	var missing []string
@@ -323,7 +323,7 @@ func waitForAll(ctx context.Context, t *testing.T, read Reader, sent []*event.Ev
 // checkKeyOrder checks that, for each key, the first occurrences of the
 // events read are in the order they were sent. Duplicates are allowed (at
 // least once), reordering is not.
-func checkKeyOrder(t *testing.T, sent, got []*event.Event) {
+func checkKeyOrder(t *testing.T, sent []*encoding.Event, got []*event.Event) {
 	t.Helper()
 	pos := map[string]int{} // id -> index among its key's sent events
 	perKey := map[string]int{}
@@ -354,7 +354,7 @@ func checkKeyOrder(t *testing.T, sent, got []*event.Event) {
 }
 
 // compare describes how got differs from want, or returns "".
-func compare(want, got *event.Event) string {
+func compare(want *encoding.Event, got *event.Event) string {
 	if got == nil {
 		return "missing"
 	}
@@ -404,14 +404,16 @@ func sameJSON(a, b []byte) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-func key(ev *event.Event) string {
-	k := encoding.Extension(ev, encoding.ExtPartitionKey)
+// key is an event's partitionkey, whether kubewire's (sent) or sdk-go's
+// (read back).
+func key(ev interface{ Extensions() map[string]any }) string {
+	k, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
 	return k
 }
 
-func mustEvent(t *testing.T, c *informer.Change) *event.Event {
+func mustEvent(t *testing.T, c *informer.Change) *encoding.Event {
 	t.Helper()
-	ev, err := encoding.Event(c)
+	ev, err := encoding.New(c)
 	if err != nil {
 		t.Fatalf("encoding %s: %v", c.Key, err)
 	}
@@ -468,4 +470,25 @@ func ClusterChange(op informer.Op, name string, rv int) *informer.Change {
 	u.SetUID(k8stypes.UID("uid-" + name))
 	u.SetResourceVersion(strconv.Itoa(rv))
 	return &informer.Change{Op: op, Resource: ClusterResource, Key: ClusterResource.ObjectKey("", name), Object: informer.FromUnstructured(u), Observed: observed}
+}
+
+// CloudEvents is sdk-go's view of evs, for a Reader of a destination that
+// keeps kubewire's events as they were written (an in-memory sink).
+func CloudEvents(evs []*encoding.Event) []*event.Event {
+	out := make([]*event.Event, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.CloudEvent()
+	}
+	return out
+}
+
+// FromCloudEvent is kubewire's event of sdk-go's ev, for tests that build
+// an event by hand; it fails the test when encoding refuses ev.
+func FromCloudEvent(t testing.TB, ev *event.Event) *encoding.Event {
+	t.Helper()
+	e, err := encoding.FromCloudEvent(ev)
+	if err != nil {
+		t.Fatalf("event %s: %v", ev.ID(), err)
+	}
+	return e
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/testkit/memsink"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -28,7 +29,7 @@ func TestACorrectSinkPassesTheSuite(t *testing.T) {
 			mu.Lock()
 			all = append(all, s)
 			mu.Unlock()
-			return s, func(context.Context, *testing.T) []*event.Event { return s.Events() }
+			return s, func(context.Context, *testing.T) []*event.Event { return sinktest.CloudEvents(s.Events()) }
 		},
 		// The nodes' destination is missing until healed: memsink fails
 		// their events alone, as a broker answers for each event.
@@ -37,13 +38,13 @@ func TestACorrectSinkPassesTheSuite(t *testing.T) {
 			s.RefuseOver(1 << 20)
 			var blocked atomic.Bool
 			blocked.Store(true)
-			s.FailEach(func(ev *event.Event) error {
+			s.FailEach(func(ev *encoding.Event) error {
 				if k, _ := ev.Extensions()["partitionkey"].(string); blocked.Load() && strings.HasPrefix(k, sinktest.ClusterResource.KeyPrefix+"/") {
 					return fmt.Errorf("no topic for %s: %w", k, memsink.ErrDown)
 				}
 				return nil
 			})
-			return s, func(context.Context, *testing.T) []*event.Event { return s.Events() }, func(*testing.T) { blocked.Store(false) }
+			return s, func(context.Context, *testing.T) []*event.Event { return sinktest.CloudEvents(s.Events()) }, func(*testing.T) { blocked.Store(false) }
 		},
 		// A restart here is only a blink of an outage; an adapter's own suite run
 		// against its real broker is the real test of restarts.

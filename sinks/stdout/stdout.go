@@ -12,9 +12,9 @@ import (
 	"os"
 	"sync"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -74,7 +74,7 @@ func (w *Writer) Connect(context.Context) error { return nil }
 // batches promptly. Concurrent shards are serialised so lines never interleave.
 // An event that cannot be marshalled is refused alone; a failed flush fails
 // every other event, since which lines got out is unknown.
-func (w *Writer) Write(_ context.Context, events []*event.Event) error {
+func (w *Writer) Write(_ context.Context, events []*encoding.Event) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -67,16 +68,16 @@ func TestAnEventThatCannotBeMarshalledIsRefusedAloneAndTheRestIsWritten(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := func(id, data string) *event.Event {
+	ev := func(id, data string) *encoding.Event {
 		e := event.New()
 		e.SetID(id)
 		e.SetSource("/test")
 		e.SetType("test")
 		e.SetDataContentType("application/json")
 		e.DataEncoded = []byte(data)
-		return &e
+		return sinktest.FromCloudEvent(t, &e)
 	}
-	err = s.Write(context.Background(), []*event.Event{ev("before", `{}`), ev("broken", `{not json`), ev("after", `{}`)})
+	err = s.Write(context.Background(), []*encoding.Event{ev("before", `{}`), ev("broken", `{not json`), ev("after", `{}`)})
 	var be *sinks.BatchError
 	if !errors.As(err, &be) || be.Failures() != 1 || !errors.Is(be.Err(1), sinks.ErrPermanent) {
 		t.Fatalf("Write = %v; want a BatchError refusing the broken event alone", err)

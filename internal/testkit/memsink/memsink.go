@@ -20,8 +20,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -35,18 +33,18 @@ var ErrClosed = errors.New("memsink: write after close")
 // Sink is an in-memory sink. The zero value acknowledges every write.
 type Sink struct {
 	mu       sync.Mutex
-	got      []*event.Event
-	batches  [][]*event.Event
+	got      []*encoding.Event
+	batches  [][]*encoding.Event
 	writes   int
 	closed   bool
 	failNext int
 	failRate float64
 	down     bool
-	failIf   func(*event.Event) bool
+	failIf   func(*encoding.Event) bool
 	refuse   error
-	refuseIf func(*event.Event) bool
+	refuseIf func(*encoding.Event) bool
 	maxBytes int
-	failEach func(*event.Event) error
+	failEach func(*encoding.Event) error
 	blocked  chan struct{}
 	up       func(bool)
 }
@@ -83,7 +81,7 @@ func (s *Sink) NotifyConnection(up func(bool)) {
 // kept. As the Write contract asks, an event whose key had an earlier event
 // of the write fail transiently is not kept either: it fails with
 // sinks.ErrNotSent.
-func (s *Sink) Write(ctx context.Context, evs []*event.Event) error {
+func (s *Sink) Write(ctx context.Context, evs []*encoding.Event) error {
 	s.mu.Lock()
 	s.writes++
 	s.batches = append(s.batches, slices.Clone(evs))
@@ -131,7 +129,7 @@ func (s *Sink) Write(ctx context.Context, evs []*event.Event) error {
 	return be.ErrorOrNil()
 }
 
-func (s *Sink) fault(evs []*event.Event) error {
+func (s *Sink) fault(evs []*encoding.Event) error {
 	switch {
 	case s.failNext > 0:
 		s.failNext--
@@ -152,7 +150,7 @@ func (s *Sink) fault(evs []*event.Event) error {
 }
 
 // eventFault is the failure of ev alone, if any.
-func (s *Sink) eventFault(ev *event.Event) error {
+func (s *Sink) eventFault(ev *encoding.Event) error {
 	if s.refuseIf != nil && s.refuseIf(ev) {
 		return sinks.Permanent(fmt.Errorf("memsink: refused %s", ev.ID()))
 	}
@@ -168,15 +166,15 @@ func (s *Sink) eventFault(ev *event.Event) error {
 }
 
 // Events returns a copy of what the sink acknowledged, in order.
-func (s *Sink) Events() []*event.Event {
+func (s *Sink) Events() []*encoding.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]*event.Event(nil), s.got...)
+	return append([]*encoding.Event(nil), s.got...)
 }
 
 // Batches returns the events of every call of Write, in call order, failed
 // ones included: what the dispatcher sent, and sent again.
-func (s *Sink) Batches() [][]*event.Event {
+func (s *Sink) Batches() [][]*encoding.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.batches)
@@ -199,14 +197,14 @@ func (s *Sink) FailRate(p float64) { s.set(func() { s.failRate = p }) }
 func (s *Sink) SetDown(down bool) { s.set(func() { s.down = down }) }
 
 // FailIf makes a write holding an event f selects fail transiently.
-func (s *Sink) FailIf(f func(*event.Event) bool) { s.set(func() { s.failIf = f }) }
+func (s *Sink) FailIf(f func(*encoding.Event) bool) { s.set(func() { s.failIf = f }) }
 
 // RefuseAll makes every write fail permanently with err (nil stops it).
 func (s *Sink) RefuseAll(err error) { s.set(func() { s.refuse = err }) }
 
 // RefuseIf refuses, permanently, each event f selects; the rest of its
 // write goes through.
-func (s *Sink) RefuseIf(f func(*event.Event) bool) { s.set(func() { s.refuseIf = f }) }
+func (s *Sink) RefuseIf(f func(*encoding.Event) bool) { s.set(func() { s.refuseIf = f }) }
 
 // RefuseOver refuses, permanently and as too large (sinks.ErrTooLarge),
 // each event larger than n bytes as JSON; the rest of its write goes
@@ -217,7 +215,7 @@ func (s *Sink) RefuseOver(n int) { s.set(func() { s.maxBytes = n }) }
 // transient unless it wraps sinks.ErrPermanent. The rest of the write goes
 // through, except later events of a key whose event failed transiently
 // (see Write). A nil f stops it.
-func (s *Sink) FailEach(f func(*event.Event) error) { s.set(func() { s.failEach = f }) }
+func (s *Sink) FailEach(f func(*encoding.Event) error) { s.set(func() { s.failEach = f }) }
 
 // Block makes writes wait until release is called (or their context ends).
 func (s *Sink) Block() (release func()) {
@@ -250,7 +248,7 @@ func (s *Sink) set(f func()) {
 	f()
 }
 
-func key(ev *event.Event) string {
+func key(ev *encoding.Event) string {
 	k, _ := ev.Extensions()[encoding.ExtPartitionKey].(string)
 	return k
 }

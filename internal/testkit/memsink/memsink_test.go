@@ -9,25 +9,30 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/testkit/memsink"
 	"github.com/kubewire/kubewire/sinks"
 )
 
-func ev(id string, size int) *event.Event {
+func ev(id string, size int) *encoding.Event {
 	return evKey(id, "k", size)
 }
 
-func evKey(id, key string, size int) *event.Event {
+func evKey(id, key string, size int) *encoding.Event {
 	e := event.New()
 	e.SetID(id)
 	e.SetSource("test")
 	e.SetType("test")
 	e.SetExtension("partitionkey", key)
 	_ = e.SetData("text/plain", strings.Repeat("x", size))
-	return &e
+	k, err := encoding.FromCloudEvent(&e)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
-func ids(evs []*event.Event) string {
+func ids(evs []*encoding.Event) string {
 	var out []string
 	for _, e := range evs {
 		out = append(out, e.ID())
@@ -43,13 +48,13 @@ func TestEachFaultFailsTheWriteItShouldAndKeepsNothingOfIt(t *testing.T) {
 	}{
 		{"The next write fails transiently.", func(s *memsink.Sink) { s.FailNext(1) }, false},
 		{"A write during an outage fails transiently.", func(s *memsink.Sink) { s.SetDown(true) }, false},
-		{"A write holding a chosen event fails transiently.", func(s *memsink.Sink) { s.FailIf(func(e *event.Event) bool { return e.ID() == "big" }) }, false},
+		{"A write holding a chosen event fails transiently.", func(s *memsink.Sink) { s.FailIf(func(e *encoding.Event) bool { return e.ID() == "big" }) }, false},
 		{"A write refused for good fails permanently.", func(s *memsink.Sink) { s.RefuseAll(errors.New("forbidden")) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &memsink.Sink{}
 			tc.arm(s)
-			err := s.Write(context.Background(), []*event.Event{ev("small", 10), ev("big", 2000)})
+			err := s.Write(context.Background(), []*encoding.Event{ev("small", 10), ev("big", 2000)})
 			if err == nil || errors.Is(err, sinks.ErrPermanent) != tc.permanent {
 				t.Fatalf("Write = %v; want a failure, permanent: %v", err, tc.permanent)
 			}
@@ -68,13 +73,13 @@ func TestARefusedEventFailsPermanentlyAloneAndTheRestOfItsWriteIsKept(t *testing
 		arm      func(s *memsink.Sink)
 		tooLarge bool
 	}{
-		{"A refused event fails permanently.", func(s *memsink.Sink) { s.RefuseIf(func(e *event.Event) bool { return e.ID() == "big" }) }, false},
+		{"A refused event fails permanently.", func(s *memsink.Sink) { s.RefuseIf(func(e *encoding.Event) bool { return e.ID() == "big" }) }, false},
 		{"A too large event fails permanently as too large.", func(s *memsink.Sink) { s.RefuseOver(1000) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &memsink.Sink{}
 			tc.arm(s)
-			err := s.Write(context.Background(), []*event.Event{ev("small", 10), ev("big", 2000), ev("after", 10)})
+			err := s.Write(context.Background(), []*encoding.Event{ev("small", 10), ev("big", 2000), ev("after", 10)})
 			var be *sinks.BatchError
 			if !errors.As(err, &be) || be.Failures() != 1 {
 				t.Fatalf("Write = %v; want a BatchError naming one event", err)
@@ -92,7 +97,7 @@ func TestARefusedEventFailsPermanentlyAloneAndTheRestOfItsWriteIsKept(t *testing
 func TestFailEachFailsTheChosenEventsAndHoldsBackTheirKeysLaterEvents(t *testing.T) {
 	s := &memsink.Sink{}
 	down := errors.New("partition leader moved")
-	s.FailEach(func(e *event.Event) error {
+	s.FailEach(func(e *encoding.Event) error {
 		switch e.ID() {
 		case "a1":
 			return down
@@ -101,7 +106,7 @@ func TestFailEachFailsTheChosenEventsAndHoldsBackTheirKeysLaterEvents(t *testing
 		}
 		return nil
 	})
-	batch := []*event.Event{evKey("a1", "a", 1), evKey("b1", "b", 1), evKey("a2", "a", 1), evKey("c1", "c", 1), evKey("c2", "c", 1), evKey("b2", "b", 1)}
+	batch := []*encoding.Event{evKey("a1", "a", 1), evKey("b1", "b", 1), evKey("a2", "a", 1), evKey("c1", "c", 1), evKey("c2", "c", 1), evKey("b2", "b", 1)}
 	err := s.Write(context.Background(), batch)
 	var be *sinks.BatchError
 	if !errors.As(err, &be) || be.Len() != len(batch) {
@@ -116,7 +121,7 @@ func TestFailEachFailsTheChosenEventsAndHoldsBackTheirKeysLaterEvents(t *testing
 		t.Errorf("kept %s, want b1,c2,b2", got)
 	}
 	s.FailEach(nil)
-	if err := s.Write(context.Background(), []*event.Event{batch[0], batch[2]}); err != nil {
+	if err := s.Write(context.Background(), []*encoding.Event{batch[0], batch[2]}); err != nil {
 		t.Fatalf("the retry of a1 and a2 = %v", err)
 	}
 	var writes []string
@@ -132,7 +137,7 @@ func TestFailNextFailsExactlyNWritesThenAcknowledges(t *testing.T) {
 	s := &memsink.Sink{}
 	s.FailNext(2)
 	for i, want := range []bool{false, false, true} {
-		if err := s.Write(context.Background(), []*event.Event{ev("a", 1)}); (err == nil) != want {
+		if err := s.Write(context.Background(), []*encoding.Event{ev("a", 1)}); (err == nil) != want {
 			t.Fatalf("write %d = %v, want success %v", i+1, err, want)
 		}
 	}
@@ -146,11 +151,11 @@ func TestABlockedWriteWaitsForTheReleaseOrItsContext(t *testing.T) {
 	release := s.Block()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := s.Write(ctx, []*event.Event{ev("a", 1)}); !errors.Is(err, context.DeadlineExceeded) {
+	if err := s.Write(ctx, []*encoding.Event{ev("a", 1)}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a blocked write whose context ended = %v, want its context's error", err)
 	}
 	done := make(chan error)
-	go func() { done <- s.Write(context.Background(), []*event.Event{ev("b", 1)}) }()
+	go func() { done <- s.Write(context.Background(), []*encoding.Event{ev("b", 1)}) }()
 	release()
 	if err := <-done; err != nil || len(s.Events()) != 1 {
 		t.Fatalf("the released write = %v with %d events kept, want success with 1", err, len(s.Events()))
@@ -164,7 +169,7 @@ func TestAWriteAfterCloseFailsAndClosingTwiceIsHarmless(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Write(context.Background(), []*event.Event{ev("a", 1)}); !errors.Is(err, memsink.ErrClosed) {
+	if err := s.Write(context.Background(), []*encoding.Event{ev("a", 1)}); !errors.Is(err, memsink.ErrClosed) {
 		t.Fatalf("Write after Close = %v, want ErrClosed", err)
 	}
 }
