@@ -3,7 +3,6 @@ package encoding
 import (
 	"strings"
 
-	cetypes "github.com/cloudevents/sdk-go/v2/types"
 	"github.com/kubewire/kubewire/internal/shape"
 )
 
@@ -81,14 +80,4 @@ func (h *HeaderNames) Extension(name string) string {
 		return s
 	}
 	return h.prefix + strings.ToLower(name)
-}
-
-// ExtensionValue is an extension value's canonical string, as the binary
-// bindings put it in a header. kubewire's values are strings already; any
-// other type goes through sdk-go's canonical formatting.
-func ExtensionValue(v any) (string, error) {
-	if s, ok := v.(string); ok {
-		return s, nil
-	}
-	return cetypes.Format(v)
 }
