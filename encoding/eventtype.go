@@ -199,9 +199,5 @@ func FromCloudEvent(ev *event.Event) (*Event, error) {
 	return e, nil
 }
 
-// MarshalJSON writes the event in the JSON event format (structured mode),
-// as sdk-go does.
-func (e *Event) MarshalJSON() ([]byte, error) { return e.CloudEvent().MarshalJSON() }
-
 // String describes the event for logs and test failures.
 func (e *Event) String() string { return e.CloudEvent().String() }

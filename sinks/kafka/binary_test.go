@@ -77,32 +77,34 @@ func sortedHeaders(m kafkago.Message) []string {
 	return out
 }
 
-func TestTheDirectBinaryEncodingIsWhatSDKGoWrites(t *testing.T) {
+func TestTheDirectEncodingIsWhatSDKGoWritesInBothModes(t *testing.T) {
 	for name, ev := range binaryCorpus(t) {
-		t.Run(name, func(t *testing.T) {
-			got, err := kafka.EncodeMessage(ev, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := kafka.EncodeWithSDK(ev.CloudEvent(), false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got.Key, want.Key) {
-				t.Errorf("key %q, sdk-go writes %q", got.Key, want.Key)
-			}
-			if !bytes.Equal(got.Value, want.Value) {
-				t.Errorf("value differs:\n%s\nsdk-go:\n%s", got.Value, want.Value)
-			}
-			// sdk-go walks the extensions map, so only the set of headers is
-			// defined, not their order.
-			if g, w := sortedHeaders(got), sortedHeaders(want); !slices.Equal(g, w) {
-				t.Errorf("headers differ:\n%s\nsdk-go:\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
-			}
-			if len(ev.Data()) > 0 { // sdk-go reads no data back as empty, not nil
-				sameEvent(t, ev, decodeWithSDK(t, got).Event)
-			}
-		})
+		for _, structured := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/structured=%v", name, structured), func(t *testing.T) {
+				got, err := kafka.EncodeMessage(ev, structured)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := kafka.EncodeWithSDK(ev.CloudEvent(), structured)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got.Key, want.Key) {
+					t.Errorf("key %q, sdk-go writes %q", got.Key, want.Key)
+				}
+				if !bytes.Equal(got.Value, want.Value) {
+					t.Errorf("value differs:\n%s\nsdk-go:\n%s", got.Value, want.Value)
+				}
+				// sdk-go walks the extensions map, so only the set of headers
+				// is defined, not their order.
+				if g, w := sortedHeaders(got), sortedHeaders(want); !slices.Equal(g, w) {
+					t.Errorf("headers differ:\n%s\nsdk-go:\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
+				}
+				if len(ev.Data()) > 0 { // sdk-go reads no data back as empty, not nil
+					sameEvent(t, ev, decodeWithSDK(t, got).Event)
+				}
+			})
+		}
 	}
 }
 

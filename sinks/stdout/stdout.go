@@ -4,6 +4,7 @@ package stdout
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -29,6 +30,9 @@ type Writer struct {
 	w      *bufio.Writer
 	pretty bool
 	closed bool
+	// line and indented are reused for every event, under mu.
+	line     []byte
+	indented bytes.Buffer
 }
 
 // ErrClosed is returned by Write after Close.
@@ -82,13 +86,7 @@ func (w *Writer) Write(_ context.Context, events []*encoding.Event) error {
 	}
 	var be *sinks.BatchError
 	for i, ev := range events {
-		var b []byte
-		var err error
-		if w.pretty {
-			b, err = json.MarshalIndent(ev, "", "  ")
-		} else {
-			b, err = json.Marshal(ev)
-		}
+		b, err := w.format(ev)
 		if err != nil {
 			if be == nil {
 				be = sinks.NewBatchError(len(events))
@@ -111,6 +109,24 @@ func (w *Writer) Write(_ context.Context, events []*encoding.Event) error {
 		}
 	}
 	return be.ErrorOrNil()
+}
+
+// format is ev as one JSON line, or indented. The event's data is written
+// as it is, so the line is checked: a line that is not JSON would break
+// every reader of the stream.
+func (w *Writer) format(ev *encoding.Event) ([]byte, error) {
+	w.line = ev.AppendJSON(w.line[:0])
+	if !w.pretty {
+		if !json.Valid(w.line) {
+			return nil, errors.New("the event is not valid JSON (its data claims to be JSON and is not)")
+		}
+		return w.line, nil
+	}
+	w.indented.Reset()
+	if err := json.Indent(&w.indented, w.line, "", "  "); err != nil {
+		return nil, err
+	}
+	return w.indented.Bytes(), nil
 }
 
 // Close flushes what is buffered; later Writes fail with ErrClosed.

@@ -1,0 +1,119 @@
+package encoding
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/shape"
+)
+
+// structuredCorpus is every kind of event kubewire builds (every op on both
+// caches, markers, every payload mode including diffs and references, the
+// dispatcher's extensions) and events it never builds but a writer must
+// still write faithfully: escapes, control characters, unicode, data that
+// is not JSON.
+func structuredCorpus(t *testing.T) map[string]*Event {
+	t.Helper()
+	out := map[string]*Event{}
+	for i, c := range setterCases(t) {
+		if e, err := New(c); err == nil {
+			out["setter case "+string(rune('A'+i%26))+string(c.Op)+" "+c.Key] = e
+		}
+	}
+	for _, c := range diffCorpus() {
+		for _, payload := range shape.PayloadModes() {
+			res := informer.NewResource("diff", c.kind.GVR, c.kind.Kind, c.kind.Namespaced)
+			res.Payload = payload
+			_, cr := bothPaths(t, res, informer.OpUpdated, c.json, c.old, c.rules)
+			e, err := New(cr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.SetExtension(ExtConflated, "3")
+			out[c.name+"/"+payload] = e
+			ref, err := ReferenceEvent(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[c.name+"/"+payload+"/reference"] = ref
+		}
+	}
+	odd := event.New()
+	odd.SetID("id \"quoted\" \\ back\tslash\n\r\x01\x1f\x7f ünï 😀 \u2028")
+	odd.SetSource("/clusters/x/apis/a.b/v1/things?q=1#frag")
+	odd.SetType("t")
+	odd.SetSubject("ns/näme with spaces </script>&")
+	odd.SetTime(time.Date(2026, 11, 25, 9, 0, 0, 1, time.FixedZone("x", 3600)))
+	odd.SetDataSchema("https://example.com/schema.json")
+	odd.SetDataContentType("Application/JSON; charset=utf-8")
+	odd.SetExtension("zeta", "last")
+	odd.SetExtension("alpha", "\x00first")
+	odd.SetExtension("count", 42)
+	odd.DataEncoded = []byte(`{"a":"\u2028 \\ \"x\"","b":[1,2]}`)
+	out["odd attributes"] = fromCE(t, &odd)
+	text := event.New()
+	text.SetID("1")
+	text.SetSource("/s")
+	text.SetType("t")
+	text.SetDataContentType("text/plain")
+	text.DataEncoded = []byte("not \"json\"\n")
+	out["text data"] = fromCE(t, &text)
+	bare := event.New()
+	bare.SetID("1")
+	bare.SetSource("/s")
+	bare.SetType("t")
+	out["only the required attributes"] = fromCE(t, &bare)
+	many := fromCE(t, &bare)
+	for _, n := range []string{"x9", "x1", "y", "a", "x10", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p"} {
+		many.SetExtension(n, n)
+	}
+	out["more extensions than fit inline"] = many
+	return out
+}
+
+func fromCE(t *testing.T, ev *event.Event) *Event {
+	t.Helper()
+	e, err := FromCloudEvent(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestAppendJSONIsWhatSDKGoWrites(t *testing.T) {
+	for name, e := range structuredCorpus(t) {
+		got, err := e.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := e.CloudEvent().MarshalJSON()
+		if err != nil {
+			t.Fatalf("%s: sdk-go: %v", name, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got %s\nwant %s", name, got, want)
+		}
+		if e.DataContentType() == "" || isJSONMediaType(e.DataContentType()) {
+			if !json.Valid(got) {
+				t.Errorf("%s: not valid JSON: %s", name, got)
+			}
+		}
+	}
+}
+
+func TestAppendJSONAppendsWithoutAllocatingMore(t *testing.T) {
+	for name, e := range structuredCorpus(t) {
+		if name == "more extensions than fit inline" {
+			continue
+		}
+		buf := make([]byte, 0, 1<<20)
+		if n := testing.AllocsPerRun(50, func() { _ = e.AppendJSON(buf[:0]) }); n != 0 {
+			t.Errorf("%s: AppendJSON into a large enough buffer allocates %v times", name, n)
+		}
+	}
+}
