@@ -3,12 +3,14 @@
 package encoding
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	cetypes "github.com/cloudevents/sdk-go/v2/types"
@@ -52,8 +54,9 @@ type SnapshotMarker struct {
 // observed twice (a retry, a restart) deduplicates.
 //
 // It is on the path of every change, so it costs what it must and no more:
-// one allocation for the event (its extensions live in it), one for the id,
-// and the data when the payload mode has to build it. The values that are
+// one allocation for the event (its extensions and, unless it is unusually
+// long, its id live in it), and the data when the payload mode has to build
+// it. The values that are
 // the same for every event of a resource (source, cluster, apiversion,
 // kind) are checked once per resource and shared. What sdk-go's setters
 // would reject is rejected the same way: the source is checked once per
@@ -87,14 +90,10 @@ func New(c *informer.Change) (*Event, error) {
 			return nil, fmt.Errorf("encoding: %s change for %s has no object", c.Op, c.Key)
 		}
 		ns, name, uid, rv := o.GetNamespace(), o.GetName(), string(o.GetUID()), o.GetResourceVersion()
-		id := uid + "/" + rv + "/" + string(c.Op)
 		if c.SnapshotID != "" {
-			id += "/" + c.SnapshotID
 			e.SetExtension(ExtSnapshotID, c.SnapshotID)
 		}
-		// As sdk-go's SetID and SetSubject do; an id always has its
-		// slashes left.
-		e.id = strings.TrimSpace(id)
+		e.setID(uid, rv, string(c.Op), c.SnapshotID)
 		if ns != "" {
 			e.subject = strings.TrimSpace(subjectOf(c.Key, ns, name))
 			e.SetExtension(ExtNamespace, ns)
@@ -120,6 +119,30 @@ func New(c *informer.Change) (*Event, error) {
 		return nil, fmt.Errorf("encoding: event for %s is invalid: %w", c.Key, ra.invalid)
 	}
 	return e, nil
+}
+
+// setID sets the id of an object's event, "<uid>/<rv>/<op>[/<snapshot>]",
+// trimmed as sdk-go's SetID trims (an id always keeps its slashes). It is
+// written into the event's own idBuf, so that it costs no allocation of its
+// own; the bytes are never written again, which is what makes the string
+// over them sound, in the event and in every clone that shares them.
+func (e *Event) setID(uid, rv, op, snapshot string) {
+	n := len(uid) + 1 + len(rv) + 1 + len(op)
+	if snapshot != "" {
+		n += 1 + len(snapshot)
+	}
+	var b []byte
+	if n <= len(e.idBuf) {
+		b = e.idBuf[:0]
+	} else {
+		b = make([]byte, 0, n)
+	}
+	b = append(append(append(append(append(b, uid...), '/'), rv...), '/'), op...)
+	if snapshot != "" {
+		b = append(append(b, '/'), snapshot...)
+	}
+	b = bytes.TrimSpace(b)
+	e.id = unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // subjectOf returns "<namespace>/<name>". The partition key usually ends

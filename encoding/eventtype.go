@@ -34,6 +34,10 @@ type Event struct {
 	ext  [inlineExtensions]Extension
 	n    int
 	more []Extension
+
+	// idBuf holds the id's bytes (see setID): a Kubernetes uid, a
+	// resourceVersion, an op and a snapshot id fit.
+	idBuf [112]byte
 }
 
 // Extension is one extension attribute: its name (lowercase) and value.
