@@ -120,6 +120,7 @@ func (w *Watcher) rawListWatch() (func(ns string, keep func(string) bool) *cache
 			Keep:              keep,
 			KeepManagedFields: w.cfg.KeepManagedFields,
 			Rewrite:           rewrite,
+			KeyPrefix:         w.res.KeyPrefix,
 		})
 	}, nil
 }
