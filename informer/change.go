@@ -1,4 +1,4 @@
-// Package informer turns the notifications of client-go shared informers into
+// Package informer turns the notifications of client-go reflectors into
 // ordered Changes, and frames initial lists and periodic resyncs as snapshots.
 package informer
 
