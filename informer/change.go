@@ -1,4 +1,4 @@
-// Package informer turns the notifications of client-go shared informers into
+// Package informer turns the notifications of client-go reflectors into
 // ordered Changes, and frames initial lists and periodic resyncs as snapshots.
 package informer
 
@@ -64,10 +64,14 @@ func NewResource(cluster string, gvr schema.GroupVersionResource, kind string, n
 // ObjectKey is the partition key of one object: unique across every resource
 // of the cluster, so per-key order is per-object order.
 func (r *Resource) ObjectKey(namespace, name string) string {
+	return objectKey(r.KeyPrefix, namespace, name)
+}
+
+func objectKey(prefix, namespace, name string) string {
 	if namespace == "" {
-		return r.KeyPrefix + "/" + name
+		return prefix + "/" + name
 	}
-	return r.KeyPrefix + "/" + namespace + "/" + name
+	return prefix + "/" + namespace + "/" + name
 }
 
 // Change is one notification on its way to the sinks. It is immutable once

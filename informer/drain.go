@@ -25,13 +25,13 @@ var ErrNotDrained = errors.New("informer notifications still queued at the drain
 const drainName = "/kubewire-drain"
 
 // drainSource wraps an informer's list and watch so that shutdown loses
-// nothing client-go has queued. Cancelling the informer would discard the
-// listener's unbounded queue of notifications. Instead, stop closes the
-// source: the watch stops forwarding and ends with one sentinel object;
-// everything queued before the sentinel is handled before it (the
-// listener is FIFO), so when the handler meets the sentinel the informer
-// can be cancelled with nothing left behind. Lists and watches asked for
-// after that block until the informer's context ends.
+// nothing the informer has queued. Cancelling the informer would discard
+// its unbounded queue of notifications. Instead, stop closes the source:
+// the watch stops forwarding and ends with one sentinel object; everything
+// queued before the sentinel is handled before it (the queue is FIFO), so
+// when the handler meets the sentinel the informer can be cancelled with
+// nothing left behind. Lists and watches asked for after that block until
+// the informer's context ends.
 //
 // One drainSource serves one informer, whose reflector runs one list or
 // watch at a time.

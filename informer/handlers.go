@@ -12,16 +12,15 @@ import (
 
 // The handler contract.
 //
-// The Watcher registers onAdd, onUpdate and onDelete with client-go's
-// informer, which calls them one at a time, in the order the reflector saw
-// the changes, from the informer's processor listener. They keep to what
+// The Watcher's informer (queue.go) calls onAdd, onUpdate and onDelete
+// one at a time, in the order the reflector saw the changes, from the
+// goroutine that pops its notifyQueue. They keep to what
 // client-go's ResourceEventHandler asks, and to what kubewire's ordering
 // needs on top:
 //
 //   - They never block: the change goes to Output.Enqueue, which never
 //     blocks either (a full buffer spools or conflates, it does not wait).
-//     A blocked listener would make client-go queue notifications without
-//     limit.
+//     While a handler is blocked, the queue grows without limit.
 //   - They never mutate the object they are given: it is the cache's. A
 //     Change keeps the object as it is (the raw cache's bytes are
 //     immutable) or a shaped copy.

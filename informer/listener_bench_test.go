@@ -90,7 +90,9 @@ func rawCached(k benchdata.Kind, i int, rv int64, seq string) *raw.Object {
 		md["annotations"] = ann
 	}
 	ann[benchdata.SeqAnnotation] = seq
-	o, err := raw.New(benchdata.Marshal(m), raw.BuildOptions{})
+	// With the key prefix, as the informer's ListerWatcher builds them.
+	prefix := NewResource("bench", k.GVR, k.Kind, k.Namespaced).KeyPrefix
+	o, err := raw.New(benchdata.Marshal(m), raw.BuildOptions{KeyPrefix: prefix})
 	if err != nil {
 		panic(err)
 	}

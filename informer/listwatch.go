@@ -53,7 +53,7 @@ func (w *Watcher) listerWatcher(lw func(ns string, keep func(string) bool) *cach
 // source it lists and watches through. The caches differ here (what they
 // list and watch with, the type they hold, the drain sentinel of that type,
 // the transform) and in objectOf, nowhere else.
-func (w *Watcher) newInformer() (cache.SharedIndexInformer, error) {
+func (w *Watcher) newInformer() (*resourceInformer, error) {
 	var (
 		lw        func(ns string, keep func(string) bool) *cache.ListWatch
 		client    any
@@ -85,13 +85,8 @@ func (w *Watcher) newInformer() (cache.SharedIndexInformer, error) {
 	// The sentinel is of the informer's own type: the reflector drops an
 	// event of any other type.
 	w.source = newDrainSource(sentinel)
-	inf := cache.NewSharedIndexInformerWithOptions(w.listerWatcher(lw, client), example,
-		cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()})
-	if transform != nil {
-		_ = inf.SetTransform(transform)
-	}
-	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
-	return inf, nil
+	handler := cache.ResourceEventHandlerDetailedFuncs{AddFunc: w.onAdd, UpdateFunc: w.onUpdate, DeleteFunc: w.onDelete}
+	return newResourceInformer(w.gvr.String(), w.listerWatcher(lw, client), example, transform, handler, w.watchError), nil
 }
 
 // rawListWatch lists and watches through the raw REST client, building raw
@@ -120,6 +115,7 @@ func (w *Watcher) rawListWatch() (func(ns string, keep func(string) bool) *cache
 			Keep:              keep,
 			KeepManagedFields: w.cfg.KeepManagedFields,
 			Rewrite:           rewrite,
+			KeyPrefix:         w.res.KeyPrefix,
 		})
 	}, nil
 }

@@ -47,6 +47,9 @@ type Object interface {
 	// earlier state of it from the same cache, in nothing but what every
 	// update mode disregards (shape.Unchanged).
 	unchangedSince(old Object) bool
+	// key is the object's partition key within the resource whose
+	// KeyPrefix is prefix: Resource.ObjectKey of its namespace and name.
+	key(prefix string) string
 	// reference is the object reference held in the top-level field name
 	// (an Event's involvedObject or regarding), nil if there is none. Only
 	// its string members are sure to be there.

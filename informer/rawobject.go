@@ -45,6 +45,10 @@ func (o rawObject) unchangedSince(old Object) bool {
 	return ok && sameExceptResourceVersion(prev.JSON, o.JSON)
 }
 
+// key was built with the object when the ListerWatcher was given the
+// resource's prefix (ListWatchOptions.KeyPrefix), as the informer's is.
+func (o rawObject) key(prefix string) string { return o.PrefixedKey(prefix) }
+
 // reference reads the field's string members without decoding the rest of
 // the object.
 func (o rawObject) reference(name string) map[string]any {

@@ -9,7 +9,7 @@ func nameOf(o Object) objectName { return objectName{o.GetNamespace(), o.GetName
 
 // lastSeen is the handler's own view of the resource: per object, the
 // state the handler was last notified of. Snapshots read it instead of the
-// informer's store because client-go updates the store before it queues
+// informer's store because the informer updates the store before it queues
 // the notification, without bound, for the handler: a record read from the
 // store can be newer than updates still queued, and would reach the sinks
 // before them (guarantee 3 of the architecture). Read and written only

@@ -136,7 +136,7 @@ func (s *shaper) key(r *Resource, o Object) string {
 			return r.KeyPrefix + "/" + k
 		}
 	}
-	return r.ObjectKey(o.GetNamespace(), o.GetName())
+	return o.key(r.KeyPrefix)
 }
 
 // transformFunc is the informer's transform: the shaper's, or for a Watcher

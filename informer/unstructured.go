@@ -34,6 +34,10 @@ func (o unstructuredObject) unchangedSince(old Object) bool {
 	return ok && shape.Unchanged(prev.Object, o.Object)
 }
 
+func (o unstructuredObject) key(prefix string) string {
+	return objectKey(prefix, o.GetNamespace(), o.GetName())
+}
+
 func (o unstructuredObject) reference(name string) map[string]any {
 	ref, _ := o.Object[name].(map[string]any)
 	return ref

@@ -21,8 +21,8 @@ import (
 )
 
 // Output receives the Changes of a watched resource. Enqueue is called from
-// the informer's notification goroutine and must not block: client-go queues
-// the notifications of a slow handler without bound.
+// the informer's notification goroutine and must not block: the informer
+// queues the notifications of a slow handler without bound.
 type Output interface {
 	Enqueue(*Change)
 }
@@ -66,7 +66,7 @@ type Options struct {
 	DrainTimeout time.Duration
 }
 
-// Watcher runs the shared informer of one configured resource and turns its
+// Watcher runs the informer of one configured resource and turns its
 // notifications into Changes.
 type Watcher struct {
 	opt  Options
@@ -77,7 +77,7 @@ type Watcher struct {
 
 	res      *Resource
 	shape    *shaper
-	informer cache.SharedIndexInformer
+	informer *resourceInformer
 	synced   atomic.Bool
 	state    atomic.Value // State
 
@@ -88,7 +88,7 @@ type Watcher struct {
 	emitMu sync.Mutex
 	seen   lastSeen
 	// handleHook, when set, runs first in every handler call. Tests use it
-	// to hold the handler while client-go queues notifications behind it;
+	// to hold the handler while the informer queues notifications behind it;
 	// nil in production.
 	handleHook func()
 
@@ -178,15 +178,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.initialID = newSnapshotID()
 		w.marker(OpSnapshotStarted, w.initialID, 0)
 	}
-	reg, err := w.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc:    w.onAdd,
-		UpdateFunc: w.onUpdate,
-		DeleteFunc: w.onDelete,
-	})
-	if err != nil {
-		return fmt.Errorf("informer for %s: %w", w.name, err)
-	}
-
 	// The informer outlives ctx until the drain is over: cancelling it
 	// would discard the notifications still queued for the handler.
 	infCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
@@ -194,12 +185,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		w.informer.RunWithContext(infCtx)
+		w.informer.Run(infCtx)
 	}()
 	defer wg.Wait()
 	defer stopInformer()
 
-	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced) {
 		// Stopped during the initial list. Only that list's records can
 		// be queued; its snapshot never gets a completed marker, so no
 		// consumer acts on it, and the next start lists everything again.

@@ -28,6 +28,10 @@ type BuildOptions struct {
 	// object is then decoded and re-encoded, which costs what the
 	// unstructured path costs, but only for resources that need it.
 	Rewrite func(map[string]any)
+	// KeyPrefix, when set, is the prefix of the object's partition key
+	// (kubewire's Resource.KeyPrefix): New builds "<prefix>/<key>" into the
+	// object's one allocation, so no event pays for the concatenation.
+	KeyPrefix string
 }
 
 // str views b as a string without copying. The caller must not modify b
@@ -100,7 +104,12 @@ func New(in []byte, opt BuildOptions) (*Object, error) {
 	if cutFrom >= 0 {
 		n -= cutTo - cutFrom
 	}
-	buf := make([]byte, 0, n+len(cb.Manager)+len(cb.Operation)+len(cb.Time))
+	ns, nm := stringValue(namespace), stringValue(name)
+	keyLen := 0
+	if opt.KeyPrefix != "" || ns != "" {
+		keyLen = keyLength(opt.KeyPrefix, ns, nm)
+	}
+	buf := make([]byte, 0, n+len(cb.Manager)+len(cb.Operation)+len(cb.Time)+keyLen)
 	buf = append(buf, in[:open+1]...)
 	if typeMeta != nil {
 		buf = append(buf, typeMeta...)
@@ -148,7 +157,38 @@ func New(in []byte, opt BuildOptions) (*Object, error) {
 		}
 		o.hasChangedBy = true
 	}
+	o.key = o.name
+	if keyLen > 0 {
+		// After the JSON too, and from the copied identity strings, so the
+		// keys pin nothing but the object itself.
+		start := len(buf)
+		if opt.KeyPrefix != "" {
+			buf = append(append(buf, opt.KeyPrefix...), '/')
+		}
+		keyStart := len(buf)
+		if o.namespace != "" {
+			buf = append(append(buf, o.namespace...), '/')
+		}
+		buf = append(buf, o.name...)
+		o.key = str(buf[keyStart:])
+		if opt.KeyPrefix != "" {
+			o.prefixedKey = str(buf[start:])
+		}
+	}
 	return o, nil
+}
+
+// keyLength is the length of "<prefix>/<namespace>/<name>", each part and
+// its slash left out where empty.
+func keyLength(prefix, namespace, name string) int {
+	n := len(name)
+	if prefix != "" {
+		n += len(prefix) + 1
+	}
+	if namespace != "" {
+		n += len(namespace) + 1
+	}
+	return n
 }
 
 // tail appends s to buf within its capacity and returns the appended bytes

@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubewire/kubewire/internal/benchdata"
 )
@@ -147,6 +148,7 @@ func check(t *testing.T, in []byte, keep bool) {
 			t.Errorf("%s = %q, encoding/json finds %q", c.field, c.got, c.want)
 		}
 	}
+	checkKeys(t, in, o, keep)
 	if o.GetGeneration() != m.Generation {
 		t.Errorf("generation = %d, encoding/json finds %d", o.GetGeneration(), m.Generation)
 	}
@@ -159,6 +161,35 @@ func check(t *testing.T, in []byte, keep bool) {
 	if got := o.GetDeletionTimestamp(); (got == nil) != (m.DeletionTimestamp == nil) ||
 		(got != nil && !got.Equal(m.DeletionTimestamp)) {
 		t.Errorf("deletionTimestamp = %v, encoding/json finds %v", got, m.DeletionTimestamp)
+	}
+}
+
+// checkKeys compares the keys New builds with client-go's key function and
+// kubewire's key format, and checks that building the partition key into
+// the object leaves its bytes as they were.
+func checkKeys(t *testing.T, in []byte, o *Object, keep bool) {
+	t.Helper()
+	want, err := cache.MetaNamespaceKeyFunc(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Key() != want {
+		t.Errorf("Key = %q, cache.MetaNamespaceKeyFunc says %q", o.Key(), want)
+	}
+	p, err := New(in, BuildOptions{KeepManagedFields: keep, KeyPrefix: "widgets.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p.JSON, o.JSON) || cap(p.JSON) != len(p.JSON) {
+		t.Errorf("the key prefix changed the bytes or left them spare capacity: %s", p.JSON)
+	}
+	if p.Key() != want {
+		t.Errorf("with a prefix, Key = %q, want %q", p.Key(), want)
+	}
+	for _, prefix := range []string{"widgets.example.com", "widgets", "pods"} {
+		if got := p.PrefixedKey(prefix); got != prefix+"/"+want {
+			t.Errorf("PrefixedKey(%q) = %q, want %q", prefix, got, prefix+"/"+want)
+		}
 	}
 }
 
@@ -182,6 +213,26 @@ func FuzzNew(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte, keep bool) {
 		check(t, in, keep)
 	})
+}
+
+// The partition key is built into the object's own allocation: asking
+// for it is free on every event, and building it costs New nothing more.
+func TestTheKeysCostNoAllocation(t *testing.T) {
+	in := benchdata.Pods.JSON(benchdata.DefaultSeed, 1, 5)
+	opt := BuildOptions{KeyPrefix: "pods"}
+	var o *Object
+	without := testing.AllocsPerRun(100, func() { o, _ = New(in, BuildOptions{}) })
+	with := testing.AllocsPerRun(100, func() { o, _ = New(in, opt) })
+	if with != without {
+		t.Errorf("New allocates %v times with a key prefix, %v without", with, without)
+	}
+	var key string
+	if n := testing.AllocsPerRun(100, func() { key = o.PrefixedKey("pods") }); n != 0 {
+		t.Errorf("PrefixedKey of the built prefix allocates %v times", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { key = o.Key() }); n != 0 || key != o.GetNamespace()+"/"+o.GetName() {
+		t.Errorf("Key = %q, %v allocations", key, n)
+	}
 }
 
 func TestChangedByIsTheNewestEntryAndSurvivesTheCut(t *testing.T) {

@@ -76,6 +76,8 @@ type ListWatchOptions struct {
 	KeepManagedFields bool
 	// Rewrite is applied to each object before it is cached (redaction).
 	Rewrite func(map[string]any)
+	// KeyPrefix is BuildOptions.KeyPrefix for every object.
+	KeyPrefix string
 }
 
 // NewListWatch returns the list and watch functions of a ListerWatcher
@@ -104,6 +106,10 @@ type listWatch struct {
 	path string
 }
 
+func (lw *listWatch) build() BuildOptions {
+	return BuildOptions{KeepManagedFields: lw.o.KeepManagedFields, Rewrite: lw.o.Rewrite, KeyPrefix: lw.o.KeyPrefix}
+}
+
 func (lw *listWatch) tweak(opts *metav1.ListOptions) {
 	if lw.o.Tweak != nil {
 		lw.o.Tweak(opts)
@@ -116,7 +122,7 @@ func (lw *listWatch) list(ctx context.Context, opts metav1.ListOptions) (runtime
 	if err != nil {
 		return nil, err
 	}
-	return ParseList(body, BuildOptions{KeepManagedFields: lw.o.KeepManagedFields, Rewrite: lw.o.Rewrite}, lw.o.Keep)
+	return ParseList(body, lw.build(), lw.o.Keep)
 }
 
 // ParseList slices the items out of a list response without decoding them.
@@ -189,7 +195,7 @@ func (lw *listWatch) watch(ctx context.Context, opts metav1.ListOptions) (watch.
 	if err != nil {
 		return nil, err
 	}
-	w := watch.NewStreamWatcher(NewWatchDecoder(rc, BuildOptions{KeepManagedFields: lw.o.KeepManagedFields, Rewrite: lw.o.Rewrite}),
+	w := watch.NewStreamWatcher(NewWatchDecoder(rc, lw.build()),
 		apierrors.NewClientErrorReporter(http.StatusInternalServerError, "GET", "ClientWatchDecoding"))
 	if lw.o.Keep == nil {
 		return w, nil

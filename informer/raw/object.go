@@ -37,9 +37,12 @@ type Object struct {
 	JSON []byte
 
 	namespace, name, uid, resourceVersion string
-	generation                            int64
-	changedBy                             ChangedBy
-	hasChangedBy                          bool
+	// key is the object's store key and prefixedKey its partition key,
+	// built once by New (see Key and PrefixedKey).
+	key, prefixedKey string
+	generation       int64
+	changedBy        ChangedBy
+	hasChangedBy     bool
 }
 
 var (
@@ -56,6 +59,21 @@ func (o *Object) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKi
 func (o *Object) DeepCopyObject() runtime.Object {
 	c := *o
 	return &c
+}
+
+// Key is the object's key in client-go's stores, "<namespace>/<name>" or
+// "<name>": what cache.MetaNamespaceKeyFunc returns for it, without the
+// allocation that function makes on every call.
+func (o *Object) Key() string { return o.key }
+
+// PrefixedKey is "<prefix>/<Key>", the partition key of the resource whose
+// key prefix is prefix. It was built by New when it was given that prefix
+// (BuildOptions.KeyPrefix); any other prefix is concatenated on each call.
+func (o *Object) PrefixedKey(prefix string) string {
+	if p := o.prefixedKey; len(p) == len(prefix)+1+len(o.key) && p[:len(prefix)] == prefix {
+		return p
+	}
+	return prefix + "/" + o.key
 }
 
 // ChangedBy returns the newest managedFields entry, if the object had one.
