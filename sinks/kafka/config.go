@@ -152,8 +152,9 @@ type Batch struct {
 	// MaxBytes bounds the keys and values of one request. Default 512 KiB.
 	// A single record larger than this still goes, alone.
 	MaxBytes int `json:"maxBytes,omitempty"`
-	// Linger is how long to wait for more records. Default 5ms; 0 sends at
-	// once.
+	// Linger is how long to wait for more records when they come densely;
+	// a record that arrives alone is sent at once (linger.go). Default
+	// 5ms; 0 sends at once always.
 	Linger config.Duration `json:"linger"`
 }
 

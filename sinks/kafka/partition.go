@@ -30,6 +30,9 @@ type unit struct {
 	// sent is how many of records, from the first, the broker
 	// acknowledged. The partition loop sets it before it reports on done.
 	sent int
+	// gap is how long after the partition's previous unit this one
+	// arrived (see dense).
+	gap time.Duration
 }
 
 func newUnit(records []record) *unit {
@@ -65,6 +68,8 @@ type partition struct {
 	mu    sync.Mutex
 	queue []*unit
 	wake  chan struct{}
+	// last is when the latest unit arrived (see arrive).
+	last time.Time
 
 	// producer, objects (the objects in the request being built), pending
 	// and resolved are used by run's goroutine only.
@@ -80,6 +85,7 @@ type partition struct {
 
 func (p *partition) submit(u *unit) {
 	p.mu.Lock()
+	p.arrive(u)
 	p.queue = append(p.queue, u)
 	p.mu.Unlock()
 	select {
@@ -102,7 +108,8 @@ func (p *partition) run(ctx context.Context) {
 }
 
 // next waits for units and takes as many as fit in one request, waiting up
-// to linger for more once it has the first. It returns nil when ctx ends.
+// to linger for more once it has the first if they come densely (see
+// dense). It returns nil when ctx ends.
 func (p *partition) next(ctx context.Context) []*unit {
 	b := p.s.cfg.Batch
 	var out []*unit
@@ -132,7 +139,7 @@ func (p *partition) next(ctx context.Context) []*unit {
 			size += u.bytes
 		}
 		p.mu.Unlock()
-		if len(out) > 0 && (full || b.Linger.Duration == 0 || n >= b.MaxMessages || size >= b.MaxBytes) {
+		if len(out) > 0 && (full || !p.dense(out) || n >= b.MaxMessages || size >= b.MaxBytes) {
 			return out
 		}
 		var expired <-chan time.Time
