@@ -39,6 +39,7 @@ func measureWith(b *testing.B, replay *benchdata.Replay, p *pipeline, timeout ti
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cpu0 := cpuTime()
+	cs0 := contextSwitches()
 	b.ReportAllocs()
 	b.SetBytes(int64(replay.FrameBytes()))
 	b.ResetTimer()
@@ -50,6 +51,7 @@ func measureWith(b *testing.B, replay *benchdata.Replay, p *pipeline, timeout ti
 		b.Fatalf("only %d of %d events acknowledged within %s", p.ack.updates.Load(), b.N, timeout)
 	}
 	reportPipeline(b, start, cpu0, &before)
+	b.ReportMetric(float64(contextSwitches()-cs0)/float64(b.N), "ctxsw/event")
 }
 
 // loopReader replays a recorded watch stream forever.
