@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -243,12 +244,13 @@ func (p *partition) send(batch []*unit) {
 func (p *partition) produce(rs []record) error {
 	s := p.s
 	recs := make([]kafkago.Record, len(rs))
+	// One array of readers for the request, rather than kafka-go's
+	// NewBytes, which allocates one per key and per value.
+	bs := make([]payload, 2*len(rs))
 	for i := range rs {
 		r := &rs[i]
-		recs[i] = kafkago.Record{Time: r.time, Key: kafkago.NewBytes(r.key), Headers: r.headers}
-		if r.value != nil {
-			recs[i].Value = kafkago.NewBytes(r.value)
-		}
+		recs[i] = kafkago.Record{Time: r.time, Key: bs[2*i].of(r.key), Headers: r.headers}
+		recs[i].Value = bs[2*i+1].of(r.value)
 	}
 	if s.idempotent {
 		return p.produceIdempotent(rs, recs)
@@ -300,3 +302,40 @@ func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.Pr
 	mRecords.WithLabelValues(s.name, kindMarker).Add(float64(markers))
 	return nil
 }
+
+// payload is a record's key or value as kafka-go reads it (protocol.Bytes):
+// read once, from the start, by the request's encoder.
+type payload struct {
+	b   []byte
+	off int
+}
+
+// of points p at b and returns it, or nil, kafka-go's null bytes (a
+// tombstone's value), for a nil b.
+func (p *payload) of(b []byte) kafkago.Bytes {
+	if b == nil {
+		return nil
+	}
+	p.b, p.off = b, 0
+	return p
+}
+
+func (p *payload) Len() int { return len(p.b) - p.off }
+
+func (p *payload) Read(b []byte) (int, error) {
+	if p.off == len(p.b) {
+		return 0, io.EOF
+	}
+	n := copy(b, p.b[p.off:])
+	p.off += n
+	return n, nil
+}
+
+// WriteTo lets io.Copy, which the encoder uses, write the bytes in one go.
+func (p *payload) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(p.b[p.off:])
+	p.off += n
+	return int64(n), err
+}
+
+func (p *payload) Close() error { return nil }
