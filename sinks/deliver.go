@@ -164,7 +164,7 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, e
 
 func (d *Dispatcher) refused(ev *encoding.Event, c *informer.Change, err error) {
 	d.log.Error("sink refused event permanently; dropping it", "id", ev.ID(),
-		"partitionkey", ev.Extensions()[encoding.ExtPartitionKey], "err", err)
+		"partitionkey", ev.Extension(encoding.ExtPartitionKey), "err", err)
 	d.failed(c, "refused")
 	d.markIncomplete(c)
 }

@@ -392,7 +392,7 @@ func (s *Sink) deliver(ctx context.Context, c *nethttp.Client, ev *encoding.Even
 	switch rerr := s.send(ctx, c, ref, nil); {
 	case rerr == nil:
 		s.log.Warn("event too large for the receiver; sent a reference to the object instead",
-			"id", ev.ID(), "partitionkey", ev.Extensions()[encoding.ExtPartitionKey], "bytes", len(ev.Data()), "err", err)
+			"id", ev.ID(), "partitionkey", ev.Extension(encoding.ExtPartitionKey), "bytes", len(ev.Data()), "err", err)
 		return nil
 	case errors.Is(rerr, sinks.ErrTooLarge):
 		return sinks.Permanent(fmt.Errorf("http: event %s is too large for the receiver even as a reference: %w", ev.ID(), rerr))

@@ -183,7 +183,7 @@ func (s *Sink) writeKV(ctx context.Context, js jetstream.JetStream, kv jetstream
 			s.kvMu.Lock()
 			start, ok := s.kvWindows[wk]
 			s.kvMu.Unlock()
-			if _, incomplete := ev.Extensions()[encoding.ExtIncomplete]; ok && !incomplete {
+			if _, incomplete := ev.Lookup(encoding.ExtIncomplete); ok && !incomplete {
 				if err := s.kvPrune(ctx, js, kv, prefix, key, start); err != nil {
 					o.fail(i, err)
 					continue
