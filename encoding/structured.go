@@ -1,11 +1,13 @@
 package encoding
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/tidwall/gjson"
 )
 
 // MarshalJSON writes the event in the JSON event format (structured mode).
@@ -114,4 +116,82 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// ParseJSON reads an event in the JSON event format, as AppendJSON writes
+// it: the spool reads every record back with it. Anything it does not
+// expect of kubewire's own output (another spec version, base64 data, an
+// extension whose value is not a string) is read through sdk-go instead,
+// so that any valid event reads back as FromCloudEvent would have it.
+// TestParseJSONReadsWhatAppendJSONWrites holds the two readers equal.
+func ParseJSON(b []byte) (*Event, error) {
+	if !gjson.ValidBytes(b) {
+		return nil, fmt.Errorf("encoding: the event is not valid JSON")
+	}
+	// One copy of the record for every string the event keeps, so that
+	// the caller may reuse b.
+	r := gjson.Parse(string(b))
+	if !r.IsObject() {
+		return nil, fmt.Errorf("encoding: the event is not a JSON object")
+	}
+	e := &Event{}
+	var data gjson.Result
+	ok, spec := true, false
+	r.ForEach(func(k, v gjson.Result) bool {
+		if v.Type != gjson.String && k.Str != "data" {
+			ok = false
+			return false
+		}
+		switch k.Str {
+		case "specversion":
+			ok, spec = v.Str == event.CloudEventsVersionV1, true
+		case "id":
+			e.id = v.Str
+		case "source":
+			e.source = v.Str
+		case "type":
+			e.typ = v.Str
+		case "subject":
+			e.subject = v.Str
+		case "datacontenttype":
+			e.contentType = v.Str
+		case "dataschema":
+			e.dataSchema = v.Str
+		case "time":
+			t, err := time.Parse(time.RFC3339Nano, v.Str)
+			e.time, ok = t, err == nil
+		case "data":
+			data = v
+		case "data_base64":
+			ok = false
+		default:
+			e.SetExtension(k.Str, v.Str)
+		}
+		return ok
+	})
+	if !ok || !spec {
+		return parseWithSDK(b)
+	}
+	if data.Exists() {
+		if isJSONMediaType(e.contentType) {
+			e.data = []byte(data.Raw)
+		} else if data.Type == gjson.String {
+			e.data = []byte(data.Str)
+		} else {
+			return parseWithSDK(b)
+		}
+	}
+	if e.id == "" || e.source == "" || e.typ == "" {
+		return parseWithSDK(b) // sdk-go says what is missing
+	}
+	return e, nil
+}
+
+// parseWithSDK is ParseJSON through sdk-go's reader.
+func parseWithSDK(b []byte) (*Event, error) {
+	var ev event.Event
+	if err := ev.UnmarshalJSON(b); err != nil {
+		return nil, fmt.Errorf("encoding: read event: %w", err)
+	}
+	return FromCloudEvent(&ev)
 }

@@ -117,3 +117,64 @@ func TestAppendJSONAppendsWithoutAllocatingMore(t *testing.T) {
 		}
 	}
 }
+
+func TestParseJSONReadsWhatAppendJSONWrites(t *testing.T) {
+	for name, e := range structuredCorpus(t) {
+		b := e.AppendJSON(nil)
+		got, err := ParseJSON(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		// AppendJSON is canonical (sorted extensions, UTC time), so equal
+		// bytes are equal events.
+		if g := got.AppendJSON(nil); !bytes.Equal(g, b) {
+			t.Errorf("%s:\n read %s\nwrote %s", name, g, b)
+		}
+		viaSDK, err := parseWithSDK(b)
+		if err != nil {
+			// sdk-go writes a media type lowercased but reads it as it
+			// is: it cannot read back data of "Application/JSON".
+			t.Logf("%s: sdk-go cannot read it back: %v", name, err)
+			continue
+		}
+		if g, w := got.AppendJSON(nil), viaSDK.AppendJSON(nil); !bytes.Equal(g, w) {
+			t.Errorf("%s:\n read %s\n  sdk %s\nwrote %s", name, g, w, b)
+		}
+		if !bytes.Equal(got.Data(), viaSDK.Data()) {
+			t.Errorf("%s: data %q, sdk-go reads %q", name, got.Data(), viaSDK.Data())
+		}
+	}
+}
+
+// What kubewire never writes is read as sdk-go reads it.
+func TestParseJSONReadsAnyOtherEventAsSDKGoDoes(t *testing.T) {
+	for name, in := range map[string]string{
+		"base64 data":           `{"specversion":"1.0","id":"1","source":"/s","type":"t","datacontenttype":"application/octet-stream","data_base64":"AAE="}`,
+		"a number extension":    `{"specversion":"1.0","id":"1","source":"/s","type":"t","count":3}`,
+		"a 0.3 event":           `{"specversion":"0.3","id":"1","source":"/s","type":"t","data":{"a":1}}`,
+		"a string as JSON data": `{"specversion":"1.0","id":"1","source":"/s","type":"t","datacontenttype":"application/json","data":"x"}`,
+		"text data":             `{"specversion":"1.0","id":"1","source":"/s","type":"t","datacontenttype":"text/plain","data":"a\nb"}`,
+	} {
+		got, err := ParseJSON([]byte(in))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, err := parseWithSDK([]byte(in))
+		if err != nil {
+			t.Fatalf("%s: sdk-go: %v", name, err)
+		}
+		if g, w := got.AppendJSON(nil), want.AppendJSON(nil); !bytes.Equal(g, w) || !bytes.Equal(got.Data(), want.Data()) {
+			t.Errorf("%s: read %s (data %q), sdk-go reads %s (data %q)", name, g, got.Data(), w, want.Data())
+		}
+	}
+	for name, in := range map[string]string{
+		"not JSON":       `{"specversion":"1.0",`,
+		"no id":          `{"specversion":"1.0","source":"/s","type":"t"}`,
+		"no specversion": `{"id":"1","source":"/s","type":"t"}`,
+		"not an object":  `["specversion"]`,
+	} {
+		if e, err := ParseJSON([]byte(in)); err == nil {
+			t.Errorf("%s: read as %s", name, e.AppendJSON(nil))
+		}
+	}
+}

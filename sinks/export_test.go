@@ -24,7 +24,7 @@ func SpoolRecord(it *Item) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return appendSpoolRecord(nil, &entry{item: it, key: it.Change.Key, size: it.bytes()}, ev)
+	return appendSpoolRecord(nil, &entry{item: it, key: it.Change.Key, size: it.bytes()}, ev), nil
 }
 
 func (t *TestSpool) Put(rec []byte) error { return t.s.put(rec) }

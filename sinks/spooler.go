@@ -215,7 +215,7 @@ func (sp *spooler) write(l *lane) {
 			}
 			ev, err := e.item.Event()
 			if err == nil {
-				rec, err = appendSpoolRecord(rec[:0], e, ev)
+				rec = appendSpoolRecord(rec[:0], e, ev)
 			}
 			if err != nil {
 				d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
@@ -352,17 +352,13 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 	var recs [][]byte
 	for _, e := range left {
 		ev, err := e.item.Event()
-		var rec []byte
-		if err == nil {
-			rec, err = appendSpoolRecord(nil, e, ev)
-		}
 		if err != nil {
 			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
 			d.failed(e.item.Change, "encode")
 			d.markIncomplete(e.item.Change)
 			continue
 		}
-		recs = append(recs, rec)
+		recs = append(recs, appendSpoolRecord(nil, e, ev))
 	}
 	start := time.Now()
 	if err := sp.disk.prepend(recs); err != nil {

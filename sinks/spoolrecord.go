@@ -4,9 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
-
-	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
@@ -28,9 +27,13 @@ const spoolRecordVersion = 1
 
 const flagMarker = 1
 
+// spoolAttributesBytes is room for an event's attributes and extensions in
+// the JSON event format, beyond its data.
+const spoolAttributesBytes = 1024
+
 var errBadRecord = errors.New("malformed spool record")
 
-func appendSpoolRecord(b []byte, e *entry, ev *encoding.Event) ([]byte, error) {
+func appendSpoolRecord(b []byte, e *entry, ev *encoding.Event) []byte {
 	c := e.item.Change
 	var flags byte
 	if c.IsMarker() {
@@ -48,11 +51,12 @@ func appendSpoolRecord(b []byte, e *entry, ev *encoding.Event) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	js, err := ev.MarshalJSON()
-	if err != nil {
-		return nil, fmt.Errorf("encoding event for the spool: %w", err)
-	}
-	return append(b, js...), nil
+	// Written in place, after room for the data is made once: a Pod's
+	// event is about 12 KB, and growing the record step by step, or
+	// copying a separate encoding into it, cost a snapshot that spools
+	// about 5% of its CPU.
+	b = slices.Grow(b, len(ev.Data())+spoolAttributesBytes)
+	return ev.AppendJSON(b)
 }
 
 // spoolRecord is a record read back.
@@ -98,14 +102,10 @@ func parseSpoolRecord(b []byte) (*spoolRecord, error) {
 		*dst = string(b[:l])
 		b = b[l:]
 	}
-	// The JSON event format, read by sdk-go: records written by earlier
-	// versions read back the same.
-	var ev event.Event
-	if err := ev.UnmarshalJSON(b); err != nil {
-		return nil, fmt.Errorf("%w: %w", errBadRecord, err)
-	}
+	// The JSON event format: records written by earlier versions, through
+	// sdk-go, read back the same.
 	var err error
-	if r.event, err = encoding.FromCloudEvent(&ev); err != nil {
+	if r.event, err = encoding.ParseJSON(b); err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadRecord, err)
 	}
 	return r, nil
