@@ -26,6 +26,7 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/leader"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/procs"
 	"github.com/kubewire/kubewire/internal/verify"
 	"github.com/kubewire/kubewire/internal/version"
 	"github.com/kubewire/kubewire/sinks"
@@ -262,6 +263,7 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			logStartup(log, rc, contextName, cfg)
 			ctx, stop := signalContext(log)
 			defer stop()
+			go procs.Adapt(ctx, log)
 			a, err := app.New(app.Options{Config: cfg, REST: rc, Logger: log, Stdout: stdout})
 			if err != nil {
 				return err

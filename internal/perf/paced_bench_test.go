@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/procs"
 )
 
 // pacedRate is the event rate BenchmarkPipelinePaced releases events at:
@@ -36,12 +38,26 @@ func BenchmarkPipelinePaced(b *testing.B) {
 	rate := pacedRate(b)
 	for _, bk := range brokers {
 		for _, k := range []benchdata.Kind{benchdata.ConfigMaps, benchdata.Pods} {
-			b.Run(bk.name+"/"+k.Name, func(b *testing.B) { benchPaced(b, bk, k, rate) })
+			b.Run(bk.name+"/"+k.Name, func(b *testing.B) { benchPaced(b, bk, k, rate, false) })
 		}
 	}
 }
 
-func benchPaced(b *testing.B, bk brokerKind, k benchdata.Kind, rate int) {
+// BenchmarkPipelinePacedAdaptive is BenchmarkPipelinePaced with GOMAXPROCS
+// adapted to the load as `kubewire run` adapts it (internal/procs): at a
+// trickle the process runs on one P. The adapter looks once a second, so
+// the first second of a run is at the default; use -benchtime of several
+// seconds' worth of events (2000x is 10 s at 200/s).
+func BenchmarkPipelinePacedAdaptive(b *testing.B) {
+	rate := pacedRate(b)
+	for _, bk := range brokers {
+		for _, k := range []benchdata.Kind{benchdata.ConfigMaps, benchdata.Pods} {
+			b.Run(bk.name+"/"+k.Name, func(b *testing.B) { benchPaced(b, bk, k, rate, true) })
+		}
+	}
+}
+
+func benchPaced(b *testing.B, bk brokerKind, k benchdata.Kind, rate int, adaptProcs bool) {
 	rp := replayed[k.Name]
 	replay := benchdata.NewReplay(k, benchdata.DefaultSeed, rp.objects, rp.window)
 	defer replay.Close()
@@ -52,6 +68,15 @@ func benchPaced(b *testing.B, bk brokerKind, k benchdata.Kind, rate int) {
 	case <-p.ack.synced:
 	case <-time.After(2 * time.Minute):
 		b.Fatal("the initial snapshot was not acknowledged within 2m")
+	}
+	if adaptProcs {
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			procs.Adapt(ctx, quiet)
+		}()
+		defer func() { stop(); <-done }()
 	}
 	p.ack.expect(int64(b.N))
 	every := time.Second / time.Duration(rate)
