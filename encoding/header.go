@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -113,4 +114,57 @@ func unhex(c byte) (byte, bool) {
 		return c - 'A' + 10, true
 	}
 	return 0, false
+}
+
+// TextHeaderPrefix starts every attribute's header in the binary modes of
+// the NATS and HTTP bindings. Both write the names lowercase: NATS header
+// names are case-sensitive and sdk-go's readers expect them so, and
+// net/http canonicalises them on the receiving side.
+const TextHeaderPrefix = "ce-"
+
+// Headers of the attributes SetTextHeaders sets.
+const (
+	textHeaderID         = TextHeaderPrefix + "id"
+	textHeaderSource     = TextHeaderPrefix + "source"
+	textHeaderType       = TextHeaderPrefix + "type"
+	textHeaderSubject    = TextHeaderPrefix + "subject"
+	textHeaderTime       = TextHeaderPrefix + "time"
+	textHeaderDataSchema = TextHeaderPrefix + "dataschema"
+)
+
+// textExtensionHeaders names the extensions' headers, once for the process.
+var textExtensionHeaders = NewHeaderNames(TextHeaderPrefix)
+
+// TextExtensionHeader is the binary-mode header of extension name in the
+// NATS and HTTP bindings.
+func TextExtensionHeader(name string) string { return textExtensionHeaders.Extension(name) }
+
+// SetTextHeaders sets in h (a nats.Header or an http.Header) the
+// binary-mode header of each of ev's attributes, with its value
+// percent-encoded: id, source, type, subject, time and dataschema, then
+// every extension. The values share one backing array. specversion and
+// datacontenttype are the caller's: NATS gives them ce- headers, HTTP
+// carries datacontenttype in Content-Type.
+func SetTextHeaders[H ~map[string][]string](h H, ev *Event) {
+	vals := make([]string, 0, 6+ev.Len())
+	set := func(name, v string) {
+		vals = append(vals, EncodeHeaderValue(v))
+		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	set(textHeaderID, ev.ID())
+	set(textHeaderSource, ev.Source())
+	set(textHeaderType, ev.Type())
+	if v := ev.Subject(); v != "" {
+		set(textHeaderSubject, v)
+	}
+	if t := ev.Time(); !t.IsZero() {
+		set(textHeaderTime, t.UTC().Format(time.RFC3339Nano))
+	}
+	if v := ev.DataSchema(); v != "" {
+		set(textHeaderDataSchema, v)
+	}
+	for i := range ev.Len() {
+		x := ev.At(i)
+		set(textExtensionHeaders.Extension(x.Name), x.Value)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	nethttp "net/http"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/cloudevents/sdk-go/v2/types"
 
 	"github.com/kubewire/kubewire/encoding"
 )
@@ -16,11 +15,10 @@ import (
 // request on loopback. TestSDKGoReadsWhatTheSinkSends holds what we build
 // to what sdk-go's own receiver decodes.
 
-// headerPrefix starts every attribute header in binary mode. HTTP header
-// names are case-insensitive; we write them lowercase, as the binding's
-// examples do and as HTTP/2 sends every name, and net/http on the receiving
-// side canonicalises them (Ce-Id) before sdk-go or anyone else looks.
-const headerPrefix = "ce-"
+// Attribute headers in binary mode are encoding's text headers ("ce-",
+// lowercase, as the binding's examples write them and as HTTP/2 sends every
+// name); net/http on the receiving side canonicalises them (Ce-Id) before
+// sdk-go or anyone else looks.
 
 // Media types of the structured and batched modes. Receivers (sdk-go's
 // included) pick the mode from the Content-Type, so neither carries
@@ -30,21 +28,11 @@ const (
 	ContentTypeBatch      = "application/cloudevents-batch+json"
 )
 
-// Header names of the spec's attributes in binary mode. datacontenttype has
-// none: the binding carries it in Content-Type.
+// Headers kubewire sets that encoding.SetTextHeaders does not.
 const (
-	headerSpecVersion = headerPrefix + "specversion"
-	headerID          = headerPrefix + "id"
-	headerSource      = headerPrefix + "source"
-	headerType        = headerPrefix + "type"
-	headerSubject     = headerPrefix + "subject"
-	headerTime        = headerPrefix + "time"
-	headerDataSchema  = headerPrefix + "dataschema"
+	headerSpecVersion = encoding.TextHeaderPrefix + "specversion"
 	headerContentType = "Content-Type"
 )
-
-// extensionHeaders names the extensions' headers, once for the process.
-var extensionHeaders = encoding.NewHeaderNames(headerPrefix)
 
 // Values shared read-only by every request's header; net/http never
 // modifies a request's header.
@@ -58,42 +46,18 @@ var (
 // binaryHeader maps ev to binary-mode headers: one ce- header per
 // attribute and extension, and datacontenttype as Content-Type. extra is
 // how many more headers the caller adds, so that the map is sized once.
-// Every value slice shares one backing array.
 func binaryHeader(ev *encoding.Event, extra int) (nethttp.Header, error) {
-	n := 6 + ev.Len()
-	h := make(nethttp.Header, n+extra)
-	vals := make([]string, 0, n)
-	set := func(name, v string) {
-		vals = append(vals, encoding.EncodeHeaderValue(v))
-		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
+	h := make(nethttp.Header, 8+ev.Len()+extra)
 	h[headerSpecVersion] = specVersionValue
-	set(headerID, ev.ID())
-	set(headerSource, ev.Source())
-	set(headerType, ev.Type())
-	if v := ev.Subject(); v != "" {
-		set(headerSubject, v)
-	}
-	if t := ev.Time(); !t.IsZero() {
-		set(headerTime, types.FormatTime(t))
-	}
-	if v := ev.DataSchema(); v != "" {
-		set(headerDataSchema, v)
-	}
-	if ct := ev.DataContentType(); ct != "" {
-		switch {
-		case ct == event.ApplicationJSON:
-			h[headerContentType] = jsonContentType
-		case checkHeaderValue(ct) != "":
-			return nil, fmt.Errorf("datacontenttype %q cannot be a Content-Type header", ct)
-		default:
-			vals = append(vals, ct)
-			h[headerContentType] = vals[len(vals)-1 : len(vals) : len(vals)]
-		}
-	}
-	for i := range ev.Len() {
-		x := ev.At(i)
-		set(extensionHeaders.Extension(x.Name), x.Value)
+	encoding.SetTextHeaders(h, ev)
+	switch ct := ev.DataContentType(); {
+	case ct == "":
+	case ct == event.ApplicationJSON:
+		h[headerContentType] = jsonContentType
+	case checkHeaderValue(ct) != "":
+		return nil, fmt.Errorf("datacontenttype %q cannot be a Content-Type header", ct)
+	default:
+		h[headerContentType] = []string{ct}
 	}
 	return h, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/config"
 )
 
@@ -307,7 +308,7 @@ func checkHeaderName(name string) string {
 	switch {
 	case !isToken(name):
 		return "must be an HTTP header name: letters, digits and !#$%&'*+-.^_`|~, without spaces or colons"
-	case strings.HasPrefix(lower, headerPrefix):
+	case strings.HasPrefix(lower, encoding.TextHeaderPrefix):
 		return "must not start with ce-: those headers carry the event's attributes in binary mode"
 	case slices.Contains(ownedHeaders, lower):
 		return "is set by kubewire or net/http for every request and cannot be configured"

@@ -53,7 +53,7 @@ func parseOverrides(s string) ([]override, error) {
 		}
 		v := o.Extensions[k]
 		out = append(out, override{name: k, value: v,
-			header: extensionHeaders.Extension(k), headerValue: []string{encoding.EncodeHeaderValue(v)}})
+			header: encoding.TextExtensionHeader(k), headerValue: []string{encoding.EncodeHeaderValue(v)}})
 	}
 	return out, nil
 }

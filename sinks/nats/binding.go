@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/cloudevents/sdk-go/v2/types"
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/kubewire/kubewire/encoding"
@@ -13,7 +12,7 @@ import (
 // HeaderPrefix is the prefix of every CloudEvents attribute header in binary
 // mode. NATS header names are case-sensitive in nats.go, so we always write
 // them lowercase, as the binding's examples do and as sdk-go's readers expect.
-const HeaderPrefix = "ce-"
+const HeaderPrefix = encoding.TextHeaderPrefix
 
 // ContentTypeStructured is the Content-Type of a structured-mode message. The
 // binding tells a receiver to treat a message as structured when its
@@ -28,55 +27,32 @@ const headerContentType = "Content-Type"
 // binaryMessage maps ev to a binary-mode message: every attribute, extensions
 // included, in its own ce- header with a percent-encoded value; the data,
 // untouched, as the body.
-//
-// It runs once per event and sink, so it names the headers of known
-// attributes with constants and gives every header's value slice one
-// shared backing array.
 func binaryMessage(subject string, ev *encoding.Event) *natsgo.Msg {
-	n := 8 + ev.Len()
-	h := make(natsgo.Header, n)
-	vals := make([]string, 0, n)
-	set := func(name, v string) {
-		vals = append(vals, encoding.EncodeHeaderValue(v))
-		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
-	set(headerSpecVersion, event.CloudEventsVersionV1)
-	set(headerID, ev.ID())
-	set(headerSource, ev.Source())
-	set(headerType, ev.Type())
-	if v := ev.Subject(); v != "" {
-		set(headerSubject, v)
-	}
-	if t := ev.Time(); !t.IsZero() {
-		set(headerTime, types.FormatTime(t))
-	}
-	if v := ev.DataContentType(); v != "" {
-		set(headerDataContentType, v)
-	}
-	if v := ev.DataSchema(); v != "" {
-		set(headerDataSchema, v)
-	}
-	for i := range ev.Len() {
-		x := ev.At(i)
-		set(extensionHeaders.Extension(x.Name), x.Value)
+	h := make(natsgo.Header, 8+ev.Len())
+	h[headerSpecVersion] = specVersionValue
+	encoding.SetTextHeaders(h, ev)
+	switch ct := ev.DataContentType(); ct {
+	case "":
+	case event.ApplicationJSON:
+		h[headerDataContentType] = jsonContentType
+	default:
+		h[headerDataContentType] = []string{encoding.EncodeHeaderValue(ct)}
 	}
 	return &natsgo.Msg{Subject: subject, Header: h, Data: ev.Data()}
 }
 
-// Header names of the spec's attributes in binary mode.
+// Headers kubewire sets that SetTextHeaders does not.
 const (
 	headerSpecVersion     = HeaderPrefix + "specversion"
-	headerID              = HeaderPrefix + "id"
-	headerSource          = HeaderPrefix + "source"
-	headerType            = HeaderPrefix + "type"
-	headerSubject         = HeaderPrefix + "subject"
-	headerTime            = HeaderPrefix + "time"
 	headerDataContentType = HeaderPrefix + "datacontenttype"
-	headerDataSchema      = HeaderPrefix + "dataschema"
 )
 
-// extensionHeaders names the extensions' headers, once for the process.
-var extensionHeaders = encoding.NewHeaderNames(HeaderPrefix)
+// Values shared read-only by every message's header: nats.go only reads a
+// message's header, and the sink replaces values rather than appending.
+var (
+	specVersionValue = []string{event.CloudEventsVersionV1}
+	jsonContentType  = []string{event.ApplicationJSON}
+)
 
 // structuredMessage maps ev to a structured-mode message: the JSON event
 // format as the body.

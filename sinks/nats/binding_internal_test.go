@@ -78,7 +78,7 @@ func TestTheDirectBinaryMessageIsWhatSDKGoWrites(t *testing.T) {
 				if err != nil {
 					t.Errorf("%s: %v", name, err)
 				}
-				if name == headerTime {
+				if name == HeaderPrefix+"time" {
 					gt, gerr := time.Parse(time.RFC3339Nano, g)
 					wt, werr := time.Parse(time.RFC3339Nano, w[0])
 					if gerr != nil || werr != nil || !gt.Equal(wt) {
