@@ -148,9 +148,7 @@ func BenchmarkRawPathVsJSONValid(b *testing.B) {
 				t1 := time.Now()
 				step(2*objects + i)
 				t2 := time.Now()
-				if _, err := kafka.EncodeMessage(evs[i%objects], false); err != nil {
-					b.Fatal(err)
-				}
+				kafka.EncodeMessage(evs[i%objects], false)
 				t3 := time.Now()
 				valid[i], path[i], binding[i] = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2)
 			}

@@ -48,17 +48,14 @@ func (r *record) size() int {
 	return n
 }
 
-func (s *Sink) newRecord(ev *encoding.Event) (record, error) {
-	m, err := EncodeMessage(ev, s.structured)
-	if err != nil {
-		return record{}, err
-	}
+func (s *Sink) newRecord(ev *encoding.Event) record {
+	m := EncodeMessage(ev, s.structured)
 	kind := kindEvent
 	if isMarker(ev) {
 		kind = kindMarker
 	}
 	object := ev.Extension(encoding.ExtPartitionKey)
-	return record{key: m.Key, value: m.Value, headers: m.Headers, time: ev.Time(), kind: kind, ev: ev, src: ev, object: object}, nil
+	return record{key: m.Key, value: m.Value, headers: m.Headers, time: ev.Time(), kind: kind, ev: ev, src: ev, object: object}
 }
 
 func isMarker(ev *encoding.Event) bool {
@@ -125,11 +122,7 @@ func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 			o.fail(i, err)
 			continue
 		}
-		r, err := s.newRecord(ev)
-		if err != nil {
-			o.fail(i, sinks.Permanent(err))
-			continue
-		}
+		r := s.newRecord(ev)
 		r.idx = i
 		if r.kind == kindMarker {
 			for _, p := range t.parts {
@@ -225,15 +218,12 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, o *outcomes
 			return
 		}
 		ref, rerr := encoding.ReferenceEvent(r.ev)
-		var rr record
-		if rerr == nil {
-			rr, rerr = s.newRecord(ref)
-		}
 		if rerr != nil {
 			o.fail(r.idx, sinks.Permanent(fmt.Errorf("kafka: event %s: %w, and %w", r.ev.ID(), err, rerr)))
 			refused = r.idx
 			continue
 		}
+		rr := s.newRecord(ref)
 		rr.src, rr.idx = r.src, r.idx
 		u = newUnit([]record{rr})
 		g.p.submit(u)
