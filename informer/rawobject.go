@@ -42,7 +42,7 @@ func (o rawObject) content() (map[string]any, error) {
 // sameExceptResourceVersion for why that is sound.
 func (o rawObject) unchangedSince(old Object) bool {
 	prev, ok := old.(rawObject)
-	return ok && sameExceptResourceVersion(prev.JSON, o.JSON)
+	return ok && sameExceptResourceVersion(prev.Object, o.Object)
 }
 
 // key was built with the object when the ListerWatcher was given the
@@ -67,19 +67,26 @@ func (o rawObject) reference(name string) map[string]any {
 // deterministically, so equal content means equal bytes; a false
 // "different" would only emit an update that the unstructured path
 // suppresses, never lose one.
-func sameExceptResourceVersion(a, b []byte) bool {
+func sameExceptResourceVersion(oa, ob *raw.Object) bool {
+	a, b := oa.JSON, ob.JSON
 	if len(a)-len(b) > 32 || len(b)-len(a) > 32 {
 		return false
 	}
-	ia, ja := rvSpan(a)
-	ib, jb := rvSpan(b)
+	ia, ja := rvSpan(oa)
+	ib, jb := rvSpan(ob)
 	return bytes.Equal(a[:ia], b[:ib]) && bytes.Equal(a[ja:], b[jb:])
 }
 
-func rvSpan(b []byte) (int, int) {
-	r := gjson.Get(unsafeString(b), "metadata.resourceVersion")
+// rvSpan is where the resourceVersion's value is in o.JSON; New found it
+// for every object the apiserver serves, so the search here is for the
+// others (an escaped or missing value).
+func rvSpan(o *raw.Object) (int, int) {
+	if i, j, ok := o.ResourceVersionSpan(); ok {
+		return i, j
+	}
+	r := gjson.Get(unsafeString(o.JSON), "metadata.resourceVersion")
 	if !r.Exists() {
-		return len(b), len(b)
+		return len(o.JSON), len(o.JSON)
 	}
 	return r.Index, r.Index + len(r.Raw)
 }

@@ -144,6 +144,13 @@ func New(in []byte, opt BuildOptions) (*Object, error) {
 	}
 	o.name, o.namespace = inCopy(name), inCopy(namespace)
 	o.uid, o.resourceVersion = inCopy(uid), inCopy(resourceVersion)
+	if resourceVersion.Type == gjson.String && len(resourceVersion.Raw) == len(resourceVersion.Str)+2 {
+		end := resourceVersion.Index + len(resourceVersion.Raw) + inserted
+		if cutFrom >= 0 && resourceVersion.Index >= cutTo {
+			end -= cutTo - cutFrom
+		}
+		o.rvEnd = end
+	}
 	if generation.Type == gjson.Number {
 		o.generation = generation.Int()
 	}

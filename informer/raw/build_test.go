@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/kubewire/kubewire/internal/benchdata"
 )
 
@@ -27,6 +29,8 @@ func seeds() [][]byte {
 		[]byte(`{"metadata":{"managedFields":[]}}`),
 		[]byte(`{"metadata":{"name":"a","managedFields":[{"manager":"m","operation":"Update","time":"2024-01-02T03:04:05Z"}]}}`),
 		[]byte(`{"metadata":{"managedFields":[{"manager":"m","time":"2024-01-02T03:04:05Z"}],"name":"a"}}`),
+		[]byte(`{"metadata":{"managedFields":[{"manager":"m","time":"2024-01-02T03:04:05Z"}],"resourceVersion":"12"}}`),
+		[]byte(`{"metadata":{"resourceVersion":"1\u0032","name":"escaped"}}`),
 		[]byte("{\n  \"metadata\" : {\n    \"name\" : \"x\" ,\n    \"managedFields\" : [ ]\n  } ,\n  \"spec\":1\n}\n"),
 		[]byte(`{"metadata":{"name":"caf\u00e9 \"q\" \\ \ud83d\ude00","namespace":"n\/s","uid":"u","resourceVersion":"7","generation":12,"labels":{"a\u0062":"c\n"}}}`),
 		[]byte(`{"metadata":{"name":"日本語","annotations":{"k":"v"},"deletionTimestamp":"2024-01-02T03:04:05Z","generation":9007199254740993}}`),
@@ -149,6 +153,12 @@ func check(t *testing.T, in []byte, keep bool) {
 		}
 	}
 	checkKeys(t, in, o, keep)
+	checkRVSpan(t, o)
+	if withTM, err := New(in, BuildOptions{KeepManagedFields: keep, TypeMeta: []byte(`"kind":"K","apiVersion":"v1"`)}); err != nil {
+		t.Fatal(err)
+	} else {
+		checkRVSpan(t, withTM)
+	}
 	if o.GetGeneration() != m.Generation {
 		t.Errorf("generation = %d, encoding/json finds %d", o.GetGeneration(), m.Generation)
 	}
@@ -161,6 +171,23 @@ func check(t *testing.T, in []byte, keep bool) {
 	if got := o.GetDeletionTimestamp(); (got == nil) != (m.DeletionTimestamp == nil) ||
 		(got != nil && !got.Equal(m.DeletionTimestamp)) {
 		t.Errorf("deletionTimestamp = %v, encoding/json finds %v", got, m.DeletionTimestamp)
+	}
+}
+
+// checkRVSpan compares the span New recorded for the resourceVersion with
+// where gjson finds it in the result.
+func checkRVSpan(t *testing.T, o *Object) {
+	t.Helper()
+	r := gjson.GetBytes(o.JSON, "metadata.resourceVersion")
+	i, j, ok := o.ResourceVersionSpan()
+	if !ok {
+		if r.Type == gjson.String && len(r.Raw) == len(r.Str)+2 {
+			t.Errorf("no resourceVersion span, but gjson finds the plain string %s at %d", r.Raw, r.Index)
+		}
+		return
+	}
+	if i != r.Index || j != r.Index+len(r.Raw) {
+		t.Errorf("resourceVersion span [%d,%d) = %q, gjson finds %s at %d", i, j, o.JSON[i:j], r.Raw, r.Index)
 	}
 }
 

@@ -43,6 +43,9 @@ type Object struct {
 	generation       int64
 	changedBy        ChangedBy
 	hasChangedBy     bool
+	// rvEnd is where metadata.resourceVersion's value ends in JSON, its
+	// closing quote included, when New placed it there (0 otherwise).
+	rvEnd int
 }
 
 var (
@@ -74,6 +77,18 @@ func (o *Object) PrefixedKey(prefix string) string {
 		return p
 	}
 	return prefix + "/" + o.key
+}
+
+// ResourceVersionSpan returns where metadata.resourceVersion's value,
+// quotes included, is in JSON: found by New at no extra cost, so comparing
+// two versions of an object around it does not parse either again. ok is
+// false when New could not place it (absent, not a plain string, or an
+// Object New did not build).
+func (o *Object) ResourceVersionSpan() (start, end int, ok bool) {
+	if o.rvEnd == 0 {
+		return 0, 0, false
+	}
+	return o.rvEnd - len(o.resourceVersion) - 2, o.rvEnd, true
 }
 
 // ChangedBy returns the newest managedFields entry, if the object had one.
