@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -58,40 +57,19 @@ func New(in []byte, opt BuildOptions) (*Object, error) {
 	if open >= len(s) || s[open] != '{' {
 		return nil, ErrNotObject
 	}
-	md := gjson.Get(s, "metadata")
-
-	// One pass over metadata finds managedFields, their newest entry and
-	// the identity fields.
-	cutFrom, cutTo := -1, -1
-	var cb ChangedBy
-	var hasCB bool
-	var name, namespace, uid, resourceVersion, generation gjson.Result
-	if md.IsObject() {
-		md.ForEach(func(k, v gjson.Result) bool {
-			switch k.Str {
-			case "managedFields":
-				cb, hasCB = newest(v)
-				if !opt.KeepManagedFields {
-					cutFrom, cutTo = memberSpan(s, k.Index, v.Index+len(v.Raw))
-				}
-			case "name":
-				name = v
-			case "namespace":
-				namespace = v
-			case "uid":
-				uid = v
-			case "resourceVersion":
-				resourceVersion = v
-			case "generation":
-				generation = v
-			}
-			return true
-		})
+	sc, ok := scanFast(s)
+	if !ok {
+		sc = scanGJSON(s, len(opt.TypeMeta) > 0)
 	}
+	cutFrom, cutTo := -1, -1
+	if sc.managedFields >= 0 && !opt.KeepManagedFields {
+		cutFrom, cutTo = memberSpan(s, sc.managedFields, sc.managedFieldsEnd)
+	}
+	cb, hasCB := sc.changedBy, sc.hasChangedBy
+	name, namespace, uid, resourceVersion, generation := sc.name, sc.namespace, sc.uid, sc.resourceVersion, sc.generation
 
 	var typeMeta []byte
-	if len(opt.TypeMeta) > 0 && stringValue(gjson.Get(s, "kind")) == "" &&
-		stringValue(gjson.Get(s, "apiVersion")) == "" {
+	if len(opt.TypeMeta) > 0 && !sc.hasKind && !sc.hasAPIVersion {
 		typeMeta = opt.TypeMeta
 	}
 
@@ -208,52 +186,6 @@ func tail(buf *[]byte, s string) string {
 	*buf = append(*buf, s...)
 	b := (*buf)[start:]
 	return unsafe.String(unsafe.SliceData(b), len(b))
-}
-
-// newest picks the managedFields entry with the latest time, as
-// shape.ChangedByOf does for unstructured objects: entries without a valid
-// RFC 3339 time are skipped, and a tie goes to the later entry.
-func newest(entries gjson.Result) (ChangedBy, bool) {
-	var best ChangedBy
-	var bestT time.Time
-	found := false
-	entries.ForEach(func(_, e gjson.Result) bool {
-		if !e.IsObject() {
-			return true
-		}
-		var mgr, op, ts string
-		var hasTime bool
-		e.ForEach(func(k, v gjson.Result) bool {
-			switch k.Str {
-			case "manager":
-				mgr = stringValue(v)
-			case "operation":
-				op = stringValue(v)
-			case "time":
-				ts, hasTime = stringValue(v), v.Type == gjson.String
-			}
-			return true
-		})
-		if !hasTime {
-			return true
-		}
-		t, err := time.Parse(time.RFC3339, ts)
-		if err != nil {
-			return true
-		}
-		if !found || !t.Before(bestT) {
-			best, bestT, found = ChangedBy{Manager: mgr, Operation: op, Time: ts}, t, true
-		}
-		return true
-	})
-	return best, found
-}
-
-func stringValue(v gjson.Result) string {
-	if v.Type != gjson.String {
-		return ""
-	}
-	return v.Str
 }
 
 // memberSpan returns the bytes to delete to remove the object member whose

@@ -58,9 +58,20 @@ type want struct {
 	} `json:"metadata"`
 }
 
+// fieldNames are the JSON names of the fields want decodes, by their lower
+// case.
+var fieldNames = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{"metadata", "name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations", "deletionTimestamp"} {
+		m[strings.ToLower(n)] = n
+	}
+	return m
+}()
+
 // uniqueKeys reports whether no object in b repeats a key. encoding/json
 // keeps the last of repeated keys and gjson finds the first; the apiserver
-// never repeats one, so such inputs are outside the contract.
+// never repeats one, so such inputs are outside the contract; as are keys
+// that name a field in another case (see fieldNames).
 func uniqueKeys(b []byte) bool {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	type frame struct {
@@ -105,6 +116,11 @@ func uniqueKeys(b []byte) bool {
 					return false
 				}
 				top.keys[t] = true
+				// encoding/json also matches a field's name in another
+				// case, which neither the apiserver nor gjson does.
+				if c, ok := fieldNames[strings.ToLower(t)]; ok && c != t {
+					return false
+				}
 			}
 		}
 	}
