@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -32,7 +33,8 @@ func ProducerState(s sinks.Sink, topic string, partition int) (id int64, epoch i
 // EncodeIdempotent exposes encodeIdempotent to tests that play a stale
 // request.
 func EncodeIdempotent(recs []kafkago.Record, id int64, epoch int16, seq int32) ([]byte, error) {
-	return encodeIdempotent(recs, kafkago.Compression(0), producer{id: id, epoch: epoch, seq: seq, valid: true})
+	var buf bytes.Buffer
+	return encodeIdempotent(&buf, recs, kafkago.Compression(0), producer{id: id, epoch: epoch, seq: seq, valid: true})
 }
 
 // SetProbeInterval sets how often the idle connection probe runs. Call it

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"math"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/kubewire/kubewire/encoding"
@@ -194,16 +195,19 @@ const (
 	batchHeaderLen  = 61
 )
 
-// encodeIdempotent encodes records as one v2 record batch stamped with the
-// producer's id, epoch and base sequence.
-func encodeIdempotent(recs []kafkago.Record, codec kafkago.Compression, p producer) ([]byte, error) {
-	var buf bytes.Buffer
+// encodeIdempotent encodes records into buf, replacing what it held, as one
+// v2 record batch stamped with the producer's id, epoch and base sequence.
+// The result is buf's bytes. buf is sized for the batch first: grown while
+// kafka-go writes into it, it would be copied at every doubling.
+func encodeIdempotent(buf *bytes.Buffer, recs []kafkago.Record, codec kafkago.Compression, p producer) ([]byte, error) {
+	buf.Reset()
+	buf.Grow(batchSize(recs))
 	rs := protocol.RecordSet{
 		Version:    2,
 		Attributes: protocol.Attributes(codec) & 0x7,
 		Records:    protocol.NewRecordReader(recs...),
 	}
-	if _, err := rs.WriteTo(&buf); err != nil {
+	if _, err := rs.WriteTo(buf); err != nil {
 		return nil, fmt.Errorf("kafka: encode record batch: %w", err)
 	}
 	b := buf.Bytes()
@@ -218,6 +222,37 @@ func encodeIdempotent(recs []kafkago.Record, codec kafkago.Compression, p produc
 	return b, nil
 }
 
+// Upper bounds of a v2 record's framing: its length, attributes, timestamp
+// and offset deltas, key and value lengths and header count; and of a
+// header's two lengths. Each is a varint of at most 5 bytes, or 10 for the
+// timestamp delta.
+const (
+	recordFraming = 5 + 1 + 10 + 5 + 5 + 5 + 5
+	headerFraming = 5 + 5
+)
+
+// batchSize bounds the size of recs encoded as one uncompressed v2 batch
+// after the size prefix of a RawRecordSet. A compressed batch is normally
+// smaller, so the bound holds for it too, give or take a codec's few bytes
+// of framing on incompressible data.
+func batchSize(recs []kafkago.Record) int {
+	n := rawSizeLen + batchHeaderLen
+	for i := range recs {
+		r := &recs[i]
+		n += recordFraming
+		if r.Key != nil {
+			n += r.Key.Len()
+		}
+		if r.Value != nil {
+			n += r.Value.Len()
+		}
+		for _, h := range r.Headers {
+			n += headerFraming + len(h.Key) + len(h.Value)
+		}
+	}
+	return n
+}
+
 // pending is a stamped batch whose outcome the partition does not know: no
 // answer came, or the broker answered with an error that leaves it free to
 // have appended the batch (see refused), or refused a copy while one sent
@@ -225,12 +260,19 @@ func encodeIdempotent(recs []kafkago.Record, codec kafkago.Compression, p produc
 // broker says what became of it.
 type pending struct {
 	records []record
-	raw     []byte
+	// raw is the batch as sent, buf's bytes.
+	raw []byte
+	buf bytes.Buffer
 	// sends counts the copies sent so far.
 	sends int
 	// doubt is set once a copy got no answer, or one that allows the batch
 	// to be in the log. Until then every copy was refused outright.
 	doubt bool
+	// unanswered is set once a call to send a copy returned without the
+	// broker's answer (a deadline, a broken connection). kafka-go may then
+	// still be reading raw in the connection's goroutine, so the batch's
+	// buffer is never reused (see recycle).
+	unanswered bool
 }
 
 // refused reports whether err is the broker's answer for a batch it did not
@@ -258,9 +300,10 @@ type recordKey struct {
 	kind string
 }
 
-// produceIdempotent stamps rs as the partition's next batch, getting a
-// producer id first if it has none, and sends it as the pending batch.
-func (p *partition) produceIdempotent(rs []record, recs []kafkago.Record) error {
+// produceIdempotent stamps the items' records as the partition's next
+// batch, getting a producer id first if it has none, and sends it as the
+// pending batch.
+func (p *partition) produceIdempotent(items []item) error {
 	s := p.s
 	if !p.producer.valid {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout.Duration)
@@ -268,31 +311,60 @@ func (p *partition) produceIdempotent(rs []record, recs []kafkago.Record) error 
 		cancel()
 		if err != nil {
 			mProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
-			return fmt.Errorf("kafka: produce %d records to %s[%d]: %w", len(rs), p.topic, p.id, err)
+			return fmt.Errorf("kafka: produce %d records to %s[%d]: %w", len(items), p.topic, p.id, err)
 		}
 		p.producer = pr
 	}
-	raw, err := encodeIdempotent(recs, s.compression, p.producer)
+	pd := p.spare
+	p.spare = nil
+	if pd == nil {
+		pd = &pending{}
+	}
+	// The batch's own copy: items are rebuilt for the next request while
+	// the batch may still be pending.
+	for i := range items {
+		pd.records = append(pd.records, items[i].r)
+	}
+	// The encoder is done with recs and their readers when it returns, so
+	// the partition's arrays serve every batch.
+	recs := slices.Grow(p.recs[:0], len(items))[:len(items)]
+	bs := slices.Grow(p.payloads[:0], 2*len(items))[:2*len(items)]
+	setRecords(recs, bs, pd.records)
+	raw, err := encodeIdempotent(&pd.buf, recs, s.compression, p.producer)
+	clear(recs)
+	clear(bs)
+	p.recs, p.payloads = recs[:0], bs[:0]
 	if err != nil {
+		p.recycle(pd)
 		return err
 	}
-	p.pending = &pending{records: rs, raw: raw}
+	pd.raw = raw
+	p.pending = pd
 	return p.sendPending()
 }
 
-// resend sends the pending batch again, unchanged. Whatever it got
-// acknowledged is resolved: the retried Writes that hold those records do
-// not send them again.
-func (p *partition) resend() error {
-	pd := p.pending
-	mProduceResends.WithLabelValues(p.s.name).Inc()
-	err := p.sendPending()
-	if err == nil {
-		for _, r := range pd.records {
-			p.resolved[recordKey{r.src, r.kind}] = struct{}{}
-		}
+// recycle keeps the storage of pd, a batch that is no longer pending, for
+// the partition's next batch. Only a batch whose every copy was answered
+// is kept: kafka-go reads raw in a connection's goroutine, which is done
+// with it once it delivers the broker's answer, but may still be at it
+// after a call that gave up waiting (see Client.RawProduce and the
+// Transport's conn.run). Resends are rare, so dropping such a buffer costs
+// nothing that matters.
+func (p *partition) recycle(pd *pending) {
+	if pd.unanswered {
+		return
 	}
-	return err
+	// Cleared so that a kept batch does not hold on to its events.
+	clear(pd.records)
+	*pd = pending{records: pd.records[:0], buf: pd.buf}
+	p.spare = pd
+}
+
+// resend sends the pending batch again, unchanged. Whatever it got
+// acknowledged is resolved (see sendPending).
+func (p *partition) resend() error {
+	mProduceResends.WithLabelValues(p.s.name).Inc()
+	return p.sendPending()
 }
 
 // skipResolved counts as sent the records at the head of each unit that a
@@ -324,17 +396,28 @@ func (p *partition) sendPending() error {
 	s, pd := p.s, p.pending
 	pd.sends++
 	err := p.roundTrip(pd.records, func(ctx context.Context) (*kafkago.ProduceResponse, error) {
-		return s.client.RawProduce(ctx, &kafkago.RawProduceRequest{
+		res, err := s.client.RawProduce(ctx, &kafkago.RawProduceRequest{
 			Topic:        p.topic,
 			Partition:    p.id,
 			RequiredAcks: s.acks,
 			RawRecords:   protocol.RawRecordSet{Reader: bytes.NewReader(pd.raw)},
 		})
+		if err != nil {
+			pd.unanswered = true
+		}
+		return res, err
 	})
 	switch {
 	case err == nil:
 		p.pending = nil
 		p.producer.sent(len(pd.records))
+		if pd.sends > 1 {
+			// A resend: the Writes of its records had failed while it was
+			// in doubt, and their retries must not send them again.
+			for _, r := range pd.records {
+				p.resolved[recordKey{r.src, r.kind}] = struct{}{}
+			}
+		}
 	case errors.Is(err, kafkago.OutOfOrderSequenceNumber) || errors.Is(err, kafkago.UnknownProducerId):
 		// The broker holds something else for this producer than what it
 		// acknowledged: it lost acknowledged records (an unclean leader
@@ -374,5 +457,8 @@ func (p *partition) sendPending() error {
 	}
 	// A refusal of this copy while an earlier one's fate is unknown leaves
 	// the batch pending too.
+	if p.pending == nil {
+		p.recycle(pd)
+	}
 	return err
 }

@@ -18,7 +18,8 @@ func TestAStampedBatchCarriesTheProducerAndAValidChecksum(t *testing.T) {
 			{Key: kafkago.NewBytes([]byte("b")), Value: kafkago.NewBytes([]byte(`{"n":2}`)),
 				Headers: []kafkago.Header{{Key: "ce_id", Value: []byte("x")}}},
 		}
-		raw, err := encodeIdempotent(recs, codec, producer{id: 4242, epoch: 7, seq: 1000, valid: true})
+		var buf bytes.Buffer
+		raw, err := encodeIdempotent(&buf, recs, codec, producer{id: 4242, epoch: 7, seq: 1000, valid: true})
 		if err != nil {
 			t.Fatalf("%v: %v", codec, err)
 		}

@@ -82,6 +82,25 @@ type partition struct {
 	// resolved are records that went out in a resent pending request,
 	// until the retried Write that holds them reaches the loop.
 	resolved map[recordKey]struct{}
+	// spare is a batch that was answered and resolved, kept so that the
+	// next batch reuses its storage (see recycle). It is never the pending
+	// batch.
+	spare *pending
+	// items holds the records of the units send is sending, and recs and
+	// payloads those of one idempotent request in kafka-go's form while it
+	// is encoded. Each is refilled by the next call and kept by nothing
+	// past the call that filled it: a pending batch has its own copy of its
+	// records. A non-idempotent request gets its own recs and payloads,
+	// since kafka-go reads them until it is answered.
+	items    []item
+	recs     []kafkago.Record
+	payloads []payload
+}
+
+// item is a record on its way out and the index of its unit in the batch.
+type item struct {
+	r record
+	u int
 }
 
 func (p *partition) submit(u *unit) {
@@ -180,7 +199,7 @@ func (p *partition) drain(err error) {
 // batch limits allow, one after the other; the first failure stops it. A
 // request whose outcome is still unknown from an earlier round goes first,
 // unchanged, and records it got acknowledged are not sent again (see
-// partition.resend). A request never holds two events of one object: if a
+// partition.sendPending). A request never holds two events of one object: if a
 // request whose answer is lost was appended after all and cannot be resent
 // unchanged, the Write's retry then repeats at most one event of each
 // object. A unit whose records all went out succeeds even if a later
@@ -188,21 +207,18 @@ func (p *partition) drain(err error) {
 // acknowledges the events of that prefix and fails the rest.
 func (p *partition) send(batch []*unit) {
 	b := p.s.cfg.Batch
-	type item struct {
-		r record
-		u int
-	}
-	var items []item
 	var err error
 	if p.pending != nil {
 		err = p.resend()
 	}
 	p.skipResolved(batch)
+	items := p.items[:0]
 	for i, u := range batch {
 		for _, r := range u.records[u.sent:] {
 			items = append(items, item{r, i})
 		}
 	}
+	all := items
 	keys := p.objects
 	for len(items) > 0 && err == nil {
 		clear(keys)
@@ -217,17 +233,17 @@ func (p *partition) send(batch []*unit) {
 			size += items[n].r.size()
 			n++
 		}
-		rs := make([]record, n)
-		for i := range rs {
-			rs[i] = items[i].r
-		}
-		if err = p.produce(rs); err == nil {
+		if err = p.produce(items[:n]); err == nil {
 			for _, it := range items[:n] {
 				batch[it.u].sent++
 			}
 		}
 		items = items[n:]
 	}
+	// Cleared, so that the kept array does not hold on to the events until
+	// the next batch.
+	clear(all)
+	p.items = all[:0]
 	for _, u := range batch {
 		if u.sent == len(u.records) {
 			u.done <- nil
@@ -241,20 +257,20 @@ func (p *partition) send(batch []*unit) {
 // the Write's: a request on the wire is always seen through to the broker's
 // answer or to the deadline, which closes the connection under it. kafka-go
 // gives the broker half the deadline, so normally the broker answers first.
-func (p *partition) produce(rs []record) error {
+func (p *partition) produce(items []item) error {
 	s := p.s
-	recs := make([]kafkago.Record, len(rs))
-	// One array of readers for the request, rather than kafka-go's
-	// NewBytes, which allocates one per key and per value.
-	bs := make([]payload, 2*len(rs))
-	for i := range rs {
-		r := &rs[i]
-		recs[i] = kafkago.Record{Time: r.time, Key: bs[2*i].of(r.key), Headers: r.headers}
-		recs[i].Value = bs[2*i+1].of(r.value)
-	}
 	if s.idempotent {
-		return p.produceIdempotent(rs, recs)
+		return p.produceIdempotent(items)
 	}
+	rs := make([]record, len(items))
+	for i := range items {
+		rs[i] = items[i].r
+	}
+	// Not the partition's recs and payloads: kafka-go encodes them in the
+	// connection's goroutine, which may outlive a call that gave up
+	// waiting.
+	recs := make([]kafkago.Record, len(rs))
+	setRecords(recs, make([]payload, 2*len(rs)), rs)
 	return p.roundTrip(rs, func(ctx context.Context) (*kafkago.ProduceResponse, error) {
 		return s.client.Produce(ctx, &kafkago.ProduceRequest{
 			Topic:        p.topic,
@@ -264,6 +280,17 @@ func (p *partition) produce(rs []record) error {
 			Compression:  s.compression,
 		})
 	})
+}
+
+// setRecords fills recs, kafka-go's form of rs, with the keys and values
+// read through bs, two a record: kafka-go's NewBytes would allocate one per
+// key and per value.
+func setRecords(recs []kafkago.Record, bs []payload, rs []record) {
+	for i := range rs {
+		r := &rs[i]
+		recs[i] = kafkago.Record{Time: r.time, Key: bs[2*i].of(r.key), Headers: r.headers}
+		recs[i].Value = bs[2*i+1].of(r.value)
+	}
 }
 
 // roundTrip makes one produce request for rs, bounded by requestTimeout,

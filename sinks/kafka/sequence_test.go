@@ -133,6 +133,60 @@ func TestABatchWhoseFateIsUnknownGoesOutAgainByteForByte(t *testing.T) {
 	}
 }
 
+// Later traffic on the partition of a batch in doubt: the next Write's
+// request first sends that batch again, byte for byte, then its own records
+// in a new batch; batches reuse the storage of the ones acknowledged before
+// them, which must leave every copy intact. The retry of the Write in doubt
+// then sends nothing: its record is in the log.
+func TestABatchInDoubtGoesOutByteForByteAheadOfLaterTraffic(t *testing.T) {
+	f := startFake(t)
+	s, prefix, _ := newLoggedSink(t, f.addr(), nil)
+	connect(t, s)
+	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1))
+	topic := widgetTopic(prefix)
+
+	var mu sync.Mutex
+	var copies [][]byte
+	f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.c.KeepControl()
+		raw := append([]byte(nil), req.(*kmsg.ProduceRequest).Topics[0].Partitions[0].Records...)
+		mu.Lock()
+		defer mu.Unlock()
+		copies = append(copies, raw)
+		if len(copies) == 1 {
+			return produceAnswer(req, 7), nil, true // REQUEST_TIMED_OUT
+		}
+		return nil, nil, false
+	})
+	a2 := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
+	if err := s.Write(context.Background(), a2); err == nil {
+		t.Fatal("a Write answered with REQUEST_TIMED_OUT reported success")
+	}
+	write(t, s, sinktest.Change(informer.OpUpdated, "team-a", "b", 3))
+	write(t, s, sinktest.Change(informer.OpUpdated, "team-a", "c", 4))
+	if err := s.Write(context.Background(), a2); err != nil {
+		t.Fatalf("the retry failed: %v", err)
+	}
+	f.c.DropControl()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(copies) != 4 {
+		t.Fatalf("%d produce requests, want a/2, its resend, b/3 and c/4", len(copies))
+	}
+	if !bytes.Equal(copies[0], copies[1]) {
+		t.Errorf("the resend of a/2 differs from its first copy:\n first  %q\n resend %q", copies[0], copies[1])
+	}
+	for i, name := range []string{"a", "a", "b", "c"} {
+		if !bytes.Contains(copies[i], []byte(`"name":"`+name+`"`)) {
+			t.Errorf("produce request %d does not carry %s: %q", i, name, copies[i])
+		}
+	}
+	if got := names(t, f.addr(), topic); got != "warm-up/1,a/2,b/3,c/4" {
+		t.Errorf("the partition holds %s, want warm-up/1,a/2,b/3,c/4", got)
+	}
+}
+
 // What the partition sends after a failed request, while the Write that
 // held it has not come back (the dispatcher backs off): a batch the broker
 // may have appended goes out again first, unchanged; a batch the broker
