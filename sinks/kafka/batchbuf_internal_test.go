@@ -157,6 +157,30 @@ func TestAnAcknowledgedBatchLeavesItsBufferToTheNext(t *testing.T) {
 	}
 }
 
+// A partition that waits for work keeps a small spare buffer, and lets a
+// large one go: idle partitions must not each hold a batch of up to
+// batch.maxBytes.
+func TestAnIdlePartitionLetsALargeBufferGo(t *testing.T) {
+	p := brokerPartition(&broker{})
+	if err := sendRecords(p, valueRecord("small", 2000)); err != nil {
+		t.Fatal(err)
+	}
+	p.idle()
+	if p.spare == nil {
+		t.Fatal("a small spare buffer was dropped on idling")
+	}
+	if err := sendRecords(p, valueRecord("large", 2*maxIdleSpare)); err != nil {
+		t.Fatal(err)
+	}
+	if p.spare == nil {
+		t.Fatal("the large batch's buffer was not kept while busy")
+	}
+	p.idle()
+	if p.spare != nil {
+		t.Errorf("an idle partition keeps a spare buffer of %d bytes", p.spare.buf.Cap())
+	}
+}
+
 func batchProducer(raw []byte) (id int64, epoch int16, seq int32) {
 	var rs protocol.RecordSet
 	if _, err := rs.ReadFrom(bytes.NewReader(raw)); err != nil {

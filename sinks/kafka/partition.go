@@ -127,6 +127,19 @@ func (p *partition) run(ctx context.Context) {
 	}
 }
 
+// maxIdleSpare is the largest spare batch buffer a partition keeps while
+// it waits for work. Reuse pays while a partition is busy; an idle one
+// holding a batch of up to batch.maxBytes would cost that much memory per
+// partition for nothing.
+const maxIdleSpare = 64 << 10
+
+// idle lets a large spare buffer go as the partition starts to wait.
+func (p *partition) idle() {
+	if p.spare != nil && p.spare.buf.Cap() > maxIdleSpare {
+		p.spare = nil
+	}
+}
+
 // next waits for units and takes as many as fit in one request, waiting up
 // to linger for more once it has the first if they come densely (see
 // dense). It returns nil when ctx ends.
@@ -168,6 +181,8 @@ func (p *partition) next(ctx context.Context) []*unit {
 				linger = time.NewTimer(b.Linger.Duration)
 			}
 			expired = linger.C
+		} else {
+			p.idle()
 		}
 		select {
 		case <-p.wake:
