@@ -13,6 +13,10 @@ import (
 // ErrNotObject is returned for bytes that are not a JSON object.
 var ErrNotObject = errors.New("raw: not a JSON object")
 
+// ErrInvalid is returned, when BuildOptions.Validate is set, for bytes that
+// are not valid JSON.
+var ErrInvalid = errors.New("raw: watch event is not valid JSON")
+
 // BuildOptions say how New turns served bytes into an Object.
 type BuildOptions struct {
 	// KeepManagedFields keeps metadata.managedFields in the bytes.
@@ -31,6 +35,10 @@ type BuildOptions struct {
 	// (kubewire's Resource.KeyPrefix): New builds "<prefix>/<key>" into the
 	// object's one allocation, so no event pays for the concatenation.
 	KeyPrefix string
+	// Validate makes New check that in is valid JSON, in the pass that
+	// reads its metadata, and fail with ErrInvalid if it is not. The watch
+	// decoder sets it: its frames are validated here and nowhere else.
+	Validate bool
 }
 
 // str views b as a string without copying. The caller must not modify b
@@ -42,9 +50,8 @@ func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 // allocation sized for the result, so a cached object never pins the list
 // response or watch frame it came from.
 //
-// in must be valid JSON (it comes from a decoder that checked it, or from
-// the apiserver); New does not validate it again, that would double the
-// cost of the hot path.
+// Unless opt.Validate is set, in must be valid JSON (it comes from a
+// decoder that checked it, or from the apiserver): New does not check it.
 func New(in []byte, opt BuildOptions) (*Object, error) {
 	if opt.Rewrite != nil {
 		var err error
@@ -57,8 +64,11 @@ func New(in []byte, opt BuildOptions) (*Object, error) {
 	if open >= len(s) || s[open] != '{' {
 		return nil, ErrNotObject
 	}
-	sc, ok := scanFast(s)
+	sc, ok := scanFast(s, opt.Validate)
 	if !ok {
+		if opt.Validate && !gjson.Valid(s) {
+			return nil, ErrInvalid
+		}
 		sc = scanGJSON(s, len(opt.TypeMeta) > 0)
 	}
 	cutFrom, cutTo := -1, -1

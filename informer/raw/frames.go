@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	"github.com/tidwall/gjson"
 )
 
 // maxDepth is the deepest nesting a watch frame may have. It is
@@ -46,9 +44,9 @@ var errNotObject = errors.New("raw: watch event is not a JSON object")
 
 // frameReader splits a stream of JSON objects, such as a watch response,
 // into frames. It finds the end of each frame with a bracket count that
-// only has to know about strings, then validates the frame with gjson: one
-// validating pass per frame, where the encoding/json Decoder it replaced
-// made two (one to find the end of the frame, one more to unmarshal it).
+// only has to know about strings; the WatchDecoder validates the frame
+// (see decode), where the encoding/json Decoder it replaced made two
+// passes (one to find the end of the frame, one more to unmarshal it).
 //
 // The scan of a frame is resumable: when a frame arrives in many reads,
 // each byte is still scanned once.
@@ -79,7 +77,7 @@ type frameReader struct {
 
 func newFrameReader(r io.Reader) *frameReader { return &frameReader{r: r} }
 
-// next returns the next frame: one JSON object, validated. Its bytes alias
+// next returns the next frame: one JSON object, not validated. Its bytes alias
 // the reader's buffer and are valid until the next call. At the end of the
 // stream it returns io.EOF, or io.ErrUnexpectedEOF when the stream ends
 // inside a frame, as encoding/json's Decoder does; the reader's own errors
@@ -105,9 +103,6 @@ func (f *frameReader) read() (frame, error) {
 			fr := frame{b: f.buf[f.off : f.off+end], nested: f.nested}
 			f.off += end
 			f.scanned, f.depth, f.inString, f.nested = 0, 0, false, span{}
-			if !gjson.Valid(str(fr.b)) {
-				return frame{}, fmt.Errorf("raw: watch event is not valid JSON")
-			}
 			return fr, nil
 		}
 		if err := f.fill(); err != nil {
@@ -244,7 +239,10 @@ func (fr frame) envelope() (typ string, obj []byte, ok bool) {
 	// The object is the last member when the last nested value starts
 	// right after the separator and only whitespace follows it.
 	start := q + len(sep)
-	if fr.nested.start != start {
+	if fr.nested.start != start || b[len(b)-1] != '}' {
+		// The scan counts brackets of either kind, so a frame may end in
+		// a ']': only validation, which a frame of the apiserver's
+		// layout gets from New, tells that apart.
 		return "", nil, false
 	}
 	for _, c := range b[fr.nested.end : len(b)-1] {

@@ -210,10 +210,11 @@ func (lw *listWatch) watch(ctx context.Context, opts metav1.ListOptions) (watch.
 }
 
 // WatchDecoder reads watch events from a JSON watch stream. Each frame is
-// found and validated by a frameReader (the one full validating pass over
-// the bytes); its type and object come from that scan when the frame has
-// the apiserver's layout and from gjson otherwise, and New copies the
-// object out of the frame.
+// found by a frameReader; its type and object come from that scan when the
+// frame has the apiserver's layout, and New validates the object in the
+// pass that reads its metadata and copies it out of the frame (the one
+// validating pass over the bytes). A frame of any other layout is
+// validated whole with gjson, then read with gjson.
 type WatchDecoder struct {
 	rc     io.ReadCloser
 	frames *frameReader
@@ -226,6 +227,7 @@ var _ watch.Decoder = (*WatchDecoder)(nil)
 
 // NewWatchDecoder decodes the watch stream rc.
 func NewWatchDecoder(rc io.ReadCloser, opt BuildOptions) *WatchDecoder {
+	opt.Validate = true
 	return &WatchDecoder{rc: rc, frames: newFrameReader(rc), opt: opt}
 }
 
@@ -256,8 +258,13 @@ func (d *WatchDecoder) decode() (watch.EventType, runtime.Object, error) {
 	if err != nil {
 		return "", nil, err
 	}
+	// The envelope's own bytes are checked by envelope, exactly; the
+	// object's by New or, for an ERROR, by encoding/json.
 	typ, raw, ok := fr.envelope()
 	if !ok {
+		if !gjson.Valid(str(fr.b)) {
+			return "", nil, ErrInvalid
+		}
 		var obj gjson.Result
 		gjson.Parse(str(fr.b)).ForEach(func(k, v gjson.Result) bool {
 			switch k.Str {

@@ -117,41 +117,53 @@ func stringValue(v gjson.Result) string {
 // skipping every value it does not need at the speed of a bracket count
 // (strings at IndexByte's). gjson finds metadata's end before walking it
 // and walks managedFields once more for their newest entry, which for an
-// object with managedFields is most of its bytes three times over.
+// object with managedFields is most of its bytes three times over. With
+// validate, the pass also checks that s is valid JSON, the values it skips
+// included, at about the cost of a validation alone.
 //
 // It handles objects as the apiserver writes them. ok is false for the
 // rest, which scanGJSON then reads: an escape in a key or value it reads,
-// managedFields that are an object, or bytes that are not a valid object.
-func scanFast(s string) (sc scanned, ok bool) {
+// managedFields that are an object, or (whether validating or not) bytes
+// that are not a valid object.
+func scanFast(s string, validate bool) (sc scanned, ok bool) {
+	w := walker{s: s, validate: validate}
 	sc.managedFields = -1
 	seenMetadata := false
 	seenKind, seenAPIVersion := false, false
-	i, ok := walkObject(s, skipSpace(s, 0), func(key string, _, at int) (int, bool) {
+	i, ok := w.object(skipSpace(s, 0), func(key string, _, at int) (int, bool) {
 		switch {
 		case key == "metadata" && !seenMetadata:
 			seenMetadata = true
-			if at < len(s) && s[at] == '{' {
-				return sc.metadata(s, at)
+			if s[at] == '{' {
+				return w.metadata(&sc, at)
 			}
 		case key == "kind" && !seenKind:
 			seenKind = true
-			v, end, ok := stringAt(s, at)
+			v, end, ok := w.str(at)
 			sc.hasKind = v.Str != ""
 			return end, ok
 		case key == "apiVersion" && !seenAPIVersion:
 			seenAPIVersion = true
-			v, end, ok := stringAt(s, at)
+			v, end, ok := w.str(at)
 			sc.hasAPIVersion = v.Str != ""
 			return end, ok
 		}
-		return skipValue(s, at)
+		return w.skip(at)
 	})
 	return sc, ok && skipSpace(s, i) == len(s)
 }
 
+// walker walks the members scanFast reads and skips the rest, checking
+// what it skips when validate is set.
+type walker struct {
+	s        string
+	validate bool
+}
+
 // metadata walks the metadata object at s[at].
-func (sc *scanned) metadata(s string, at int) (int, bool) {
-	return walkObject(s, at, func(key string, keyAt, at int) (int, bool) {
+func (w walker) metadata(sc *scanned, at int) (int, bool) {
+	s := w.s
+	return w.object(at, func(key string, keyAt, at int) (int, bool) {
 		var dst *gjson.Result
 		switch key {
 		case "name":
@@ -163,7 +175,7 @@ func (sc *scanned) metadata(s string, at int) (int, bool) {
 		case "resourceVersion":
 			dst = &sc.resourceVersion
 		case "generation":
-			end, ok := skipValue(s, at)
+			end, ok := w.skip(at)
 			if ok {
 				if c := s[at]; c == '-' || c >= '0' && c <= '9' {
 					sc.generation = gjson.Parse(s[at:end])
@@ -178,18 +190,18 @@ func (sc *scanned) metadata(s string, at int) (int, bool) {
 			sc.changedBy, sc.hasChangedBy = ChangedBy{}, false
 			switch s[at] {
 			case '[':
-				end, ok = sc.entries(s, at)
+				end, ok = w.entries(sc, at)
 			case '{':
 				return at, false // gjson would walk its members as entries
 			default:
-				end, ok = skipValue(s, at)
+				end, ok = w.skip(at)
 			}
 			sc.managedFields, sc.managedFieldsEnd = keyAt, end
 			return end, ok
 		default:
-			return skipValue(s, at)
+			return w.skip(at)
 		}
-		v, end, ok := stringAt(s, at)
+		v, end, ok := w.str(at)
 		*dst = v
 		return end, ok
 	})
@@ -197,15 +209,15 @@ func (sc *scanned) metadata(s string, at int) (int, bool) {
 
 // entries walks the managedFields array at s[at], offering each entry to
 // a picker.
-func (sc *scanned) entries(s string, at int) (int, bool) {
+func (w walker) entries(sc *scanned, at int) (int, bool) {
 	var p picker
-	end, ok := walkArray(s, at, func(at int) (int, bool) {
-		if s[at] != '{' {
-			return skipValue(s, at)
+	end, ok := w.array(at, func(at int) (int, bool) {
+		if w.s[at] != '{' {
+			return w.skip(at)
 		}
 		var mgr, op, ts string
 		var hasTime bool
-		end, ok := walkObject(s, at, func(key string, _, at int) (int, bool) {
+		end, ok := w.object(at, func(key string, _, at int) (int, bool) {
 			var dst *string
 			switch key {
 			case "manager":
@@ -215,9 +227,9 @@ func (sc *scanned) entries(s string, at int) (int, bool) {
 			case "time":
 				dst = &ts
 			default:
-				return skipValue(s, at)
+				return w.skip(at)
 			}
-			v, end, ok := stringAt(s, at)
+			v, end, ok := w.str(at)
 			*dst = v.Str
 			if key == "time" {
 				hasTime = v.Type == gjson.String
@@ -231,11 +243,12 @@ func (sc *scanned) entries(s string, at int) (int, bool) {
 	return end, ok
 }
 
-// walkObject calls member for each member of the object at s[at] (its
-// opening brace) with the key, the offset of the key's quote and the
-// offset of the value, whose end member returns. A key with an escape
-// cannot be compared as it is: ok is false.
-func walkObject(s string, at int, member func(key string, keyAt, at int) (int, bool)) (int, bool) {
+// object calls member for each member of the object at s[at] (its opening
+// brace) with the key, the offset of the key's quote and the offset of
+// the value, whose end member returns. A key with an escape cannot be
+// compared as it is: ok is false.
+func (w walker) object(at int, member func(key string, keyAt, at int) (int, bool)) (int, bool) {
+	s := w.s
 	if at >= len(s) || s[at] != '{' {
 		return at, false
 	}
@@ -247,15 +260,12 @@ func walkObject(s string, at int, member func(key string, keyAt, at int) (int, b
 		if i >= len(s) || s[i] != '"' {
 			return i, false
 		}
-		q := strings.IndexByte(s[i+1:], '"')
-		if q < 0 {
-			return i, false
+		keyAt := i
+		v, end, ok := w.str(i)
+		if !ok {
+			return end, false
 		}
-		keyAt, key := i, s[i+1:i+1+q]
-		if strings.IndexByte(key, '\\') >= 0 {
-			return i, false
-		}
-		i = skipSpace(s, i+q+2)
+		i = skipSpace(s, end)
 		if i >= len(s) || s[i] != ':' {
 			return i, false
 		}
@@ -263,27 +273,18 @@ func walkObject(s string, at int, member func(key string, keyAt, at int) (int, b
 		if i >= len(s) {
 			return i, false
 		}
-		var ok bool
-		if i, ok = member(key, keyAt, i); !ok {
+		if i, ok = member(v.Str, keyAt, i); !ok {
 			return i, false
 		}
-		i = skipSpace(s, i)
-		if i >= len(s) {
-			return i, false
-		}
-		switch s[i] {
-		case '}':
-			return i + 1, true
-		case ',':
-			i = skipSpace(s, i+1)
-		default:
-			return i, false
+		if i, ok = next(s, i, '}'); !ok || s[i-1] == '}' {
+			return i, ok
 		}
 	}
 }
 
-// walkArray calls elem for each element of the array at s[at].
-func walkArray(s string, at int, elem func(at int) (int, bool)) (int, bool) {
+// array calls elem for each element of the array at s[at].
+func (w walker) array(at int, elem func(at int) (int, bool)) (int, bool) {
+	s := w.s
 	i := skipSpace(s, at+1)
 	if i < len(s) && s[i] == ']' {
 		return i + 1, true
@@ -296,42 +297,49 @@ func walkArray(s string, at int, elem func(at int) (int, bool)) (int, bool) {
 		if i, ok = elem(i); !ok {
 			return i, false
 		}
-		i = skipSpace(s, i)
-		if i >= len(s) {
-			return i, false
-		}
-		switch s[i] {
-		case ']':
-			return i + 1, true
-		case ',':
-			i = skipSpace(s, i+1)
-		default:
-			return i, false
+		if i, ok = next(s, i, ']'); !ok || s[i-1] == ']' {
+			return i, ok
 		}
 	}
 }
 
-// stringAt reads the value at s[at] as gjson would a member New reads: a
-// string without escapes as a String result indexed at its quote; any
-// other value as an empty result, skipped. A string with an escape gives
-// ok false.
-func stringAt(s string, at int) (gjson.Result, int, bool) {
+// str reads the value at s[at] as gjson would a member New reads: a string
+// without escapes as a String result indexed at its quote; any other value
+// as an empty result, skipped. A string with an escape gives ok false.
+func (w walker) str(at int) (gjson.Result, int, bool) {
+	s := w.s
 	if s[at] != '"' {
-		end, ok := skipValue(s, at)
+		end, ok := w.skip(at)
 		return gjson.Result{}, end, ok
 	}
-	q := strings.IndexByte(s[at+1:], '"')
-	if q < 0 || strings.IndexByte(s[at+1:at+1+q], '\\') >= 0 {
+	var end int
+	if w.validate {
+		var ok bool
+		if end, ok = validString(s, at); !ok {
+			return gjson.Result{}, end, false
+		}
+	} else {
+		q := strings.IndexByte(s[at+1:], '"')
+		if q < 0 {
+			return gjson.Result{}, at, false
+		}
+		end = at + q + 2
+	}
+	if strings.IndexByte(s[at+1:end-1], '\\') >= 0 {
 		return gjson.Result{}, at, false
 	}
-	end := at + q + 2
 	return gjson.Result{Type: gjson.String, Raw: s[at:end], Str: s[at+1 : end-1], Index: at}, end, true
 }
 
-// skipValue returns the end of the value at s[at], trusting it to be valid:
-// strings and nested values by their closing quote and bracket, anything
-// else by the first byte that cannot be part of a number or literal.
-func skipValue(s string, at int) (int, bool) {
+// skip returns the end of the value at s[at]: checked, when validating;
+// otherwise trusted to be valid, strings and nested values found by their
+// closing quote and bracket, anything else by the first byte that cannot
+// be part of a number or literal.
+func (w walker) skip(at int) (int, bool) {
+	if w.validate {
+		return validValue(w.s, at)
+	}
+	s := w.s
 	switch s[at] {
 	case '"':
 		return skipString(s, at+1)

@@ -1,7 +1,10 @@
 package raw
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -14,7 +17,11 @@ import (
 func checkScan(t *testing.T, in []byte) (fast bool) {
 	t.Helper()
 	s := str(in)
-	got, ok := scanFast(s)
+	got, ok := scanFast(s, false)
+	checked, checkedOK := scanFast(s, true)
+	if ok != checkedOK || !reflect.DeepEqual(checked, got) {
+		t.Errorf("validating, the single pass gives %+v, %v; without, %+v, %v", checked, checkedOK, got, ok)
+	}
 	if !ok {
 		return false
 	}
@@ -99,7 +106,17 @@ func FuzzScan(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if !json.Valid(in) {
-			t.Skip()
+			// Validating, the single pass must turn it down; New then
+			// refuses it.
+			if _, ok := scanFast(str(in), true); ok {
+				t.Fatalf("the validating pass accepts %q", in)
+			}
+			if bytes.HasPrefix(bytes.TrimLeft(in, " \t\r\n"), []byte("{")) {
+				if _, err := New(in, BuildOptions{Validate: true}); !errors.Is(err, ErrInvalid) {
+					t.Fatalf("New(%q) with Validate: %v, want ErrInvalid", in, err)
+				}
+			}
+			return
 		}
 		checkScan(t, in)
 	})
