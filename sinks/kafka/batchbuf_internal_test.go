@@ -136,14 +136,14 @@ func TestAnAcknowledgedBatchLeavesItsBufferToTheNext(t *testing.T) {
 	if err := sendRecords(p, valueRecord("a", 2000)); err != nil {
 		t.Fatal(err)
 	}
-	if p.spare == nil || p.spare.buf.Cap() < len(b.got[0]) {
+	if p.spare == nil || cap(p.spare.raw) < len(b.got[0]) {
 		t.Fatal("the acknowledged batch's buffer was not kept")
 	}
-	kept := p.spare.buf.Bytes()[:1]
+	kept := p.spare.raw[:1]
 	if err := sendRecords(p, valueRecord("b", 1000)); err != nil {
 		t.Fatal(err)
 	}
-	if &p.spare.buf.Bytes()[:1][0] != &kept[0] {
+	if &p.spare.raw[:1][0] != &kept[0] {
 		t.Error("the second batch did not reuse the first one's buffer")
 	}
 	for i, raw := range b.got {
@@ -177,7 +177,7 @@ func TestAnIdlePartitionLetsALargeBufferGo(t *testing.T) {
 	}
 	p.idle()
 	if p.spare != nil {
-		t.Errorf("an idle partition keeps a spare buffer of %d bytes", p.spare.buf.Cap())
+		t.Errorf("an idle partition keeps a spare buffer of %d bytes", cap(p.spare.raw))
 	}
 }
 

@@ -260,9 +260,9 @@ func batchSize(recs []kafkago.Record) int {
 // broker says what became of it.
 type pending struct {
 	records []record
-	// raw is the batch as sent, buf's bytes.
+	// raw is the batch as sent. A recycled batch keeps its array here,
+	// emptied, for the next batch's bytes.
 	raw []byte
-	buf bytes.Buffer
 	// sends counts the copies sent so far.
 	sends int
 	// doubt is set once a copy got no answer, or one that allows the batch
@@ -325,22 +325,30 @@ func (p *partition) produceIdempotent(items []item) error {
 	for i := range items {
 		pd.records = append(pd.records, items[i].r)
 	}
-	// The encoder is done with recs and their readers when it returns, so
-	// the partition's arrays serve every batch.
-	recs := slices.Grow(p.recs[:0], len(items))[:len(items)]
-	bs := slices.Grow(p.payloads[:0], 2*len(items))[:2*len(items)]
-	setRecords(recs, bs, pd.records)
-	raw, err := encodeIdempotent(&pd.buf, recs, s.compression, p.producer)
-	clear(recs)
-	clear(bs)
-	p.recs, p.payloads = recs[:0], bs[:0]
-	if err != nil {
+	var err error
+	if s.compression == 0 {
+		pd.raw = appendBatch(slices.Grow(pd.raw[:0], batchBound(pd.records)), pd.records, p.producer, time.Now())
+	} else if pd.raw, err = p.encodeCompressed(pd); err != nil {
 		p.recycle(pd)
 		return err
 	}
-	pd.raw = raw
 	p.pending = pd
 	return p.sendPending()
+}
+
+// encodeCompressed encodes pd's records with kafka-go, which compresses
+// them, into pd's array.
+func (p *partition) encodeCompressed(pd *pending) ([]byte, error) {
+	// The encoder is done with recs and their readers when it returns, so
+	// the partition's arrays serve every batch.
+	recs := slices.Grow(p.recs[:0], len(pd.records))[:len(pd.records)]
+	bs := slices.Grow(p.payloads[:0], 2*len(pd.records))[:2*len(pd.records)]
+	setRecords(recs, bs, pd.records)
+	raw, err := encodeIdempotent(bytes.NewBuffer(pd.raw[:0]), recs, p.s.compression, p.producer)
+	clear(recs)
+	clear(bs)
+	p.recs, p.payloads = recs[:0], bs[:0]
+	return raw, err
 }
 
 // recycle keeps the storage of pd, a batch that is no longer pending, for
@@ -356,7 +364,7 @@ func (p *partition) recycle(pd *pending) {
 	}
 	// Cleared so that a kept batch does not hold on to its events.
 	clear(pd.records)
-	*pd = pending{records: pd.records[:0], buf: pd.buf}
+	*pd = pending{records: pd.records[:0], raw: pd.raw[:0]}
 	p.spare = pd
 }
 

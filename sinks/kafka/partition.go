@@ -87,8 +87,8 @@ type partition struct {
 	// batch.
 	spare *pending
 	// items holds the records of the units send is sending, and recs and
-	// payloads those of one idempotent request in kafka-go's form while it
-	// is encoded. Each is refilled by the next call and kept by nothing
+	// payloads those of one compressed idempotent request in kafka-go's
+	// form while it is encoded. Each is refilled by the next call and kept by nothing
 	// past the call that filled it: a pending batch has its own copy of its
 	// records. A non-idempotent request gets its own recs and payloads,
 	// since kafka-go reads them until it is answered.
@@ -135,7 +135,7 @@ const maxIdleSpare = 64 << 10
 
 // idle lets a large spare buffer go as the partition starts to wait.
 func (p *partition) idle() {
-	if p.spare != nil && p.spare.buf.Cap() > maxIdleSpare {
+	if p.spare != nil && cap(p.spare.raw) > maxIdleSpare {
 		p.spare = nil
 	}
 }
