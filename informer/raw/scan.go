@@ -276,7 +276,8 @@ func (w walker) object(at int, member func(key string, keyAt, at int) (int, bool
 		if i, ok = member(v.Str, keyAt, i); !ok {
 			return i, false
 		}
-		if i, ok = next(s, i, '}'); !ok || s[i-1] == '}' {
+		var closed bool
+		if i, closed, ok = afterMember(s, i, '}'); !ok || closed {
 			return i, ok
 		}
 	}
@@ -297,7 +298,8 @@ func (w walker) array(at int, elem func(at int) (int, bool)) (int, bool) {
 		if i, ok = elem(i); !ok {
 			return i, false
 		}
-		if i, ok = next(s, i, ']'); !ok || s[i-1] == ']' {
+		var closed bool
+		if i, closed, ok = afterMember(s, i, ']'); !ok || closed {
 			return i, ok
 		}
 	}

@@ -66,7 +66,8 @@ func validObject(s string, at int) (int, bool) {
 		if i, ok = validValue(s, skipSpace(s, i+1)); !ok {
 			return i, false
 		}
-		if i, ok = next(s, i, '}'); !ok || s[i-1] == '}' {
+		var closed bool
+		if i, closed, ok = afterMember(s, i, '}'); !ok || closed {
 			return i, ok
 		}
 	}
@@ -82,27 +83,28 @@ func validArray(s string, at int) (int, bool) {
 		if i, ok = validValue(s, i); !ok {
 			return i, false
 		}
-		if i, ok = next(s, i, ']'); !ok || s[i-1] == ']' {
+		var closed bool
+		if i, closed, ok = afterMember(s, i, ']'); !ok || closed {
 			return i, ok
 		}
 	}
 }
 
-// next reads what follows a member or element at s[i]: a comma, after
-// which it returns the offset of the next one, or the closing bracket,
-// after which it returns the offset past it.
-func next(s string, i int, closing byte) (int, bool) {
+// afterMember reads what follows a member or element at s[i]: a comma,
+// after which it returns the offset of the next one, or the closing
+// bracket, after which it returns the offset past it and closed.
+func afterMember(s string, i int, closing byte) (next int, closed, ok bool) {
 	i = skipSpace(s, i)
 	if i >= len(s) {
-		return i, false
+		return i, false, false
 	}
 	switch s[i] {
 	case closing:
-		return i + 1, true
+		return i + 1, true, true
 	case ',':
-		return skipSpace(s, i+1), true
+		return skipSpace(s, i+1), false, true
 	}
-	return i, false
+	return i, false, false
 }
 
 // special marks the bytes a string cannot hold as they are.
@@ -224,11 +226,4 @@ func digits(s string, i int) int {
 		i++
 	}
 	return i
-}
-
-// valid reports whether s is one JSON value with optional whitespace
-// around it.
-func valid(s string) bool {
-	i, ok := validValue(s, skipSpace(s, 0))
-	return ok && skipSpace(s, i) == len(s)
 }

@@ -11,6 +11,13 @@ import (
 	"github.com/kubewire/kubewire/internal/benchdata"
 )
 
+// valid reports whether s is one JSON value with optional whitespace
+// around it.
+func valid(s string) bool {
+	i, ok := validValue(s, skipSpace(s, 0))
+	return ok && skipSpace(s, i) == len(s)
+}
+
 // encoding/json is the oracle: valid must accept exactly what json.Valid
 // accepts.
 var validCases = []string{
