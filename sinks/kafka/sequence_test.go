@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -92,19 +93,7 @@ func TestABatchWhoseFateIsUnknownGoesOutAgainByteForByte(t *testing.T) {
 	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1)) // creates the topic
 	topic := widgetTopic(prefix)
 
-	var mu sync.Mutex
-	var copies [][]byte
-	f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		f.c.KeepControl()
-		raw := append([]byte(nil), req.(*kmsg.ProduceRequest).Topics[0].Partitions[0].Records...)
-		mu.Lock()
-		defer mu.Unlock()
-		copies = append(copies, raw)
-		if len(copies) == 1 {
-			return produceAnswer(req, 7), nil, true // REQUEST_TIMED_OUT
-		}
-		return nil, nil, false
-	})
+	produced := timeOutTheFirstProduce(f)
 	resends := testutil.ToFloat64(kafka.ProduceResends.WithLabelValues("kafka-test"))
 	evs := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
 	if err := s.Write(context.Background(), evs); err == nil {
@@ -115,8 +104,7 @@ func TestABatchWhoseFateIsUnknownGoesOutAgainByteForByte(t *testing.T) {
 	}
 	f.c.DropControl()
 
-	mu.Lock()
-	defer mu.Unlock()
+	copies := produced()
 	if len(copies) != 2 {
 		t.Fatalf("%d produce requests, want the batch and one resend", len(copies))
 	}
@@ -145,19 +133,7 @@ func TestABatchInDoubtGoesOutByteForByteAheadOfLaterTraffic(t *testing.T) {
 	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1))
 	topic := widgetTopic(prefix)
 
-	var mu sync.Mutex
-	var copies [][]byte
-	f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		f.c.KeepControl()
-		raw := append([]byte(nil), req.(*kmsg.ProduceRequest).Topics[0].Partitions[0].Records...)
-		mu.Lock()
-		defer mu.Unlock()
-		copies = append(copies, raw)
-		if len(copies) == 1 {
-			return produceAnswer(req, 7), nil, true // REQUEST_TIMED_OUT
-		}
-		return nil, nil, false
-	})
+	produced := timeOutTheFirstProduce(f)
 	a2 := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
 	if err := s.Write(context.Background(), a2); err == nil {
 		t.Fatal("a Write answered with REQUEST_TIMED_OUT reported success")
@@ -169,8 +145,7 @@ func TestABatchInDoubtGoesOutByteForByteAheadOfLaterTraffic(t *testing.T) {
 	}
 	f.c.DropControl()
 
-	mu.Lock()
-	defer mu.Unlock()
+	copies := produced()
 	if len(copies) != 4 {
 		t.Fatalf("%d produce requests, want a/2, its resend, b/3 and c/4", len(copies))
 	}
@@ -310,5 +285,30 @@ func TestASequenceErrorIsReportedAsPossibleDataLossAndThePartitionRecoversUnderA
 				t.Errorf("the partition holds %s, want warm-up/1,a/2", got)
 			}
 		})
+	}
+}
+
+// timeOutTheFirstProduce makes the fake broker answer the next produce
+// request REQUEST_TIMED_OUT (the replicas did not confirm, after the leader
+// appended) and serve the later ones; produced returns a copy of each
+// request's records, in order.
+func timeOutTheFirstProduce(f *fakeKafka) (produced func() [][]byte) {
+	var mu sync.Mutex
+	var copies [][]byte
+	f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.c.KeepControl()
+		raw := append([]byte(nil), req.(*kmsg.ProduceRequest).Topics[0].Partitions[0].Records...)
+		mu.Lock()
+		defer mu.Unlock()
+		copies = append(copies, raw)
+		if len(copies) == 1 {
+			return produceAnswer(req, 7), nil, true // REQUEST_TIMED_OUT
+		}
+		return nil, nil, false
+	})
+	return func() [][]byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(copies)
 	}
 }
