@@ -234,7 +234,8 @@ const (
 // batchSize bounds the size of recs encoded as one uncompressed v2 batch
 // after the size prefix of a RawRecordSet. A compressed batch is normally
 // smaller, so the bound holds for it too, give or take a codec's few bytes
-// of framing on incompressible data.
+// of framing on incompressible data. It is batchBound over kafka-go's
+// records, which encodeIdempotent takes.
 func batchSize(recs []kafkago.Record) int {
 	n := rawSizeLen + batchHeaderLen
 	for i := range recs {
