@@ -158,25 +158,61 @@ func TestAnAcknowledgedBatchLeavesItsBufferToTheNext(t *testing.T) {
 }
 
 // A partition that waits for work keeps a small spare buffer, and lets a
-// large one go: idle partitions must not each hold a batch of up to
-// batch.maxBytes.
+// large one go once it has waited spareIdle: idle partitions must not each
+// hold a batch of up to batch.maxBytes. A short wait between batches keeps
+// it, or every large batch would be a fresh allocation.
 func TestAnIdlePartitionLetsALargeBufferGo(t *testing.T) {
+	defer func(d time.Duration) { spareIdle = d }(spareIdle)
+	defer func() { testHookWaiting, testHookSpareDropped = func() {}, func() {} }()
+	// wait runs the partition's wait for work, hands it a unit once the
+	// hook given by on has fired, and reports whether the spare buffer
+	// survived. The hooks are set before the partition's goroutine starts.
+	wait := func(p *partition, on *func()) (kept bool) {
+		testHookWaiting, testHookSpareDropped = func() {}, func() {}
+		fired := make(chan struct{})
+		var once sync.Once
+		*on = func() { once.Do(func() { close(fired) }) }
+		p.wake = make(chan struct{}, 1)
+		got := make(chan []*unit, 1)
+		go func() { got <- p.next(t.Context()) }()
+		select {
+		case <-fired:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the partition did not get to the point under test")
+		}
+		p.submit(newUnit([]record{valueRecord("next", 10)}))
+		select {
+		case <-got:
+		case <-time.After(time.Minute):
+			t.Fatal("the partition did not take the unit")
+		}
+		return p.spare != nil
+	}
+	large := func(t *testing.T) *partition {
+		p := brokerPartition(&broker{})
+		if err := sendRecords(p, valueRecord("large", 2*maxIdleSpare)); err != nil {
+			t.Fatal(err)
+		}
+		if p.spare == nil {
+			t.Fatal("the large batch's buffer was not kept")
+		}
+		return p
+	}
+
 	p := brokerPartition(&broker{})
 	if err := sendRecords(p, valueRecord("small", 2000)); err != nil {
 		t.Fatal(err)
 	}
-	p.idle()
-	if p.spare == nil {
-		t.Fatal("a small spare buffer was dropped on idling")
+	spareIdle = time.Nanosecond
+	if !wait(p, &testHookWaiting) {
+		t.Error("a small spare buffer was dropped while the partition waited")
 	}
-	if err := sendRecords(p, valueRecord("large", 2*maxIdleSpare)); err != nil {
-		t.Fatal(err)
+	spareIdle = time.Hour
+	if !wait(large(t), &testHookWaiting) {
+		t.Error("a large spare buffer was dropped on a wait shorter than spareIdle")
 	}
-	if p.spare == nil {
-		t.Fatal("the large batch's buffer was not kept while busy")
-	}
-	p.idle()
-	if p.spare != nil {
+	spareIdle = time.Millisecond
+	if p := large(t); wait(p, &testHookSpareDropped) {
 		t.Errorf("an idle partition keeps a spare buffer of %d bytes", cap(p.spare.raw))
 	}
 }
