@@ -36,23 +36,36 @@ func appendBatch(b []byte, rs []record, p producer, now time.Time) []byte {
 		}
 		maxT = max(maxT, t)
 		delta, offset := t-first, int64(i)
-		length := 1 + varintLen(delta) + varintLen(offset) + nullBytesLen(r.key) + nullBytesLen(r.value) +
-			varintLen(int64(len(r.headers)))
-		for _, h := range r.headers {
-			length += varintLen(int64(len(h.Key))) + len(h.Key) + nullBytesLen(h.Value)
-		}
-		b = binary.AppendVarint(b, int64(length))
+		// The record's length comes first. The length of an event's
+		// headers is known only once they are written, so the record goes
+		// after room for the length of its bound, which is nearly always
+		// the length's own size, and moves back if the length is shorter.
+		// (The bound's framing allows 8 bytes or more per header over what
+		// is written, more than a time with a year past 9999 adds.)
+		at := len(b)
+		room := varintLen(int64(recordBound(r)))
+		b = append(b, make([]byte, room)...)
 		b = append(b, 0) // record attributes
 		b = binary.AppendVarint(b, delta)
 		b = binary.AppendVarint(b, offset)
 		b = appendNullBytes(b, r.key)
 		b = appendNullBytes(b, r.value)
-		b = binary.AppendVarint(b, int64(len(r.headers)))
-		for _, h := range r.headers {
-			b = binary.AppendVarint(b, int64(len(h.Key)))
-			b = append(b, h.Key...)
-			b = appendNullBytes(b, h.Value)
+		if r.fromEvent {
+			b = appendEventHeaders(b, r.ev, r.hcount)
+		} else {
+			b = binary.AppendVarint(b, int64(len(r.headers)))
+			for _, h := range r.headers {
+				b = binary.AppendVarint(b, int64(len(h.Key)))
+				b = append(b, h.Key...)
+				b = appendNullBytes(b, h.Value)
+			}
 		}
+		body := len(b) - at - room
+		if n := varintLen(int64(body)); n < room {
+			copy(b[at+n:], b[at+room:])
+			b = b[:at+n+body]
+		}
+		binary.PutVarint(b[at:], int64(body))
 	}
 
 	batch = b[start+rawSizeLen:]
@@ -79,11 +92,16 @@ func millis(t time.Time) int64 {
 func batchBound(rs []record) int {
 	n := rawSizeLen + batchHeaderLen
 	for i := range rs {
-		r := &rs[i]
-		n += recordFraming + len(r.key) + len(r.value)
-		for _, h := range r.headers {
-			n += headerFraming + len(h.Key) + len(h.Value)
-		}
+		n += recordBound(&rs[i])
+	}
+	return n
+}
+
+// recordBound bounds the size of r as appendBatch writes it.
+func recordBound(r *record) int {
+	n := recordFraming + len(r.key) + len(r.value) + r.hcount*headerFraming + r.hbytes
+	for _, h := range r.headers {
+		n += headerFraming + len(h.Key) + len(h.Value)
 	}
 	return n
 }

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/sinks/sinktest"
 	kafkago "github.com/segmentio/kafka-go"
 )
 
@@ -85,7 +88,17 @@ func TestARecordWithoutATimeGetsNow(t *testing.T) {
 
 // With room for it, a batch is encoded without an allocation.
 func TestAppendBatchAllocatesNothingWithinCapacity(t *testing.T) {
-	rs := []record{valueRecord("a", 2000), valueRecord("b", 3000)}
+	// A binary-mode record costs nothing to build either: its key, value
+	// and headers are its event's.
+	ev, err := encoding.New(sinktest.Change(informer.OpUpdated, "ns", "cm", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromEvent record
+	if n := testing.AllocsPerRun(100, func() { fromEvent = (&Sink{}).newRecord(ev) }); n != 0 {
+		t.Errorf("a binary-mode record costs %v allocations", n)
+	}
+	rs := []record{valueRecord("a", 2000), fromEvent, valueRecord("b", 3000)}
 	buf := make([]byte, 0, batchBound(rs))
 	now := time.Now()
 	if n := testing.AllocsPerRun(100, func() { buf = appendBatch(buf[:0], rs, producer{id: 1, valid: true}, now) }); n != 0 {

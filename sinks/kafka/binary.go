@@ -1,7 +1,9 @@
 package kafka
 
 import (
+	"encoding/binary"
 	"time"
+	"unsafe"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	kafkago "github.com/segmentio/kafka-go"
@@ -69,6 +71,79 @@ func encodeBinary(ev *encoding.Event) kafkago.Message {
 	}
 	return m
 }
+
+// eventHeadersSize is the number of ev's binary-mode headers and the bytes
+// of their names and values, the time's at its longest: what
+// appendEventHeaders writes, less framing.
+func eventHeadersSize(ev *encoding.Event) (count, size int) {
+	count, size = 4, len(headerSpecVersion)+len(event.CloudEventsVersionV1)+len(headerID)+len(ev.ID())+
+		len(headerSource)+len(ev.Source())+len(headerType)+len(ev.Type())
+	opt := func(name, v string) {
+		if v != "" {
+			count++
+			size += len(name) + len(v)
+		}
+	}
+	opt(HeaderContentType, ev.DataContentType())
+	opt(headerDataSchema, ev.DataSchema())
+	opt(headerSubject, ev.Subject())
+	if !ev.Time().IsZero() {
+		count++
+		size += len(headerTime) + len(time.RFC3339Nano)
+	}
+	for i := range ev.Len() {
+		x := ev.At(i)
+		count++
+		size += len(extensionHeaders.Extension(x.Name)) + len(x.Value)
+	}
+	return count, size
+}
+
+// appendEventHeaders appends ev's binary-mode headers as a v2 record's
+// header count and headers: what appendBatch writes for encodeBinary's
+// headers (TestTheBatchOfEventsIsTheBatchOfTheirMessages), written from the
+// event without building them.
+func appendEventHeaders(b []byte, ev *encoding.Event, count int) []byte {
+	b = binary.AppendVarint(b, int64(count))
+	b = appendHeader(b, headerSpecVersion, event.CloudEventsVersionV1)
+	b = appendHeader(b, headerID, ev.ID())
+	b = appendHeader(b, headerSource, ev.Source())
+	b = appendHeader(b, headerType, ev.Type())
+	if v := ev.DataContentType(); v != "" {
+		b = appendHeader(b, HeaderContentType, v)
+	}
+	if v := ev.DataSchema(); v != "" {
+		b = appendHeader(b, headerDataSchema, v)
+	}
+	if v := ev.Subject(); v != "" {
+		b = appendHeader(b, headerSubject, v)
+	}
+	if t := ev.Time(); !t.IsZero() {
+		b = binary.AppendVarint(b, int64(len(headerTime)))
+		b = append(b, headerTime...)
+		// The value's length is one varint byte whatever the time: an
+		// RFC 3339 time with nanoseconds is at most 35 bytes.
+		at := len(b)
+		b = t.UTC().AppendFormat(append(b, 0), time.RFC3339Nano)
+		b[at] = byte(2 * (len(b) - at - 1)) // zig-zag
+	}
+	for i := range ev.Len() {
+		x := ev.At(i)
+		b = appendHeader(b, extensionHeaders.Extension(x.Name), x.Value)
+	}
+	return b
+}
+
+func appendHeader(b []byte, name, value string) []byte {
+	b = binary.AppendVarint(b, int64(len(name)))
+	b = append(b, name...)
+	b = binary.AppendVarint(b, int64(len(value)))
+	return append(b, value...)
+}
+
+// readOnlyBytes is s as a byte slice without a copy, for a record's key:
+// the batch encoders only read it.
+func readOnlyBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // Header names of the spec's attributes (binding 3.2.3).
 const (

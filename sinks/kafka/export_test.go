@@ -6,6 +6,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -35,6 +36,30 @@ func ProducerState(s sinks.Sink, topic string, partition int) (id int64, epoch i
 func EncodeIdempotent(recs []kafkago.Record, id int64, epoch int16, seq int32) ([]byte, error) {
 	var buf bytes.Buffer
 	return encodeIdempotent(&buf, recs, kafkago.Compression(0), producer{id: id, epoch: epoch, seq: seq, valid: true})
+}
+
+// EventBatch writes evs as one idempotent batch as the sink does (binary
+// mode, each record's headers written straight from its event), and again
+// through kafka-go's encoder with each record's headers built by
+// encodeBinary. bound is what the sink sizes the first one's buffer to.
+func EventBatch(evs []*encoding.Event) (direct, kafkaGo []byte, bound int, err error) {
+	s := &Sink{}
+	rs := make([]record, len(evs))
+	for i, ev := range evs {
+		rs[i] = s.newRecord(ev)
+		// Each encoder stamps a record without a time with its own now,
+		// which may fall in another millisecond.
+		if rs[i].time.IsZero() {
+			rs[i].time = time.UnixMilli(1764000000000)
+		}
+	}
+	p := producer{id: 99, epoch: 3, seq: 1000, valid: true}
+	bound = batchBound(rs)
+	direct = appendBatch(nil, rs, p, time.Now())
+	recs := make([]kafkago.Record, len(rs))
+	setRecords(recs, make([]payload, 2*len(rs)), rs)
+	kafkaGo, err = encodeIdempotent(&bytes.Buffer{}, recs, 0, p)
+	return direct, kafkaGo, bound, err
 }
 
 // SetProbeInterval sets how often the idle connection probe runs. Call it

@@ -330,7 +330,7 @@ func (p *partition) produce(items []item) error {
 func setRecords(recs []kafkago.Record, bs []payload, rs []record) {
 	for i := range rs {
 		r := &rs[i]
-		recs[i] = kafkago.Record{Time: r.time, Key: bs[2*i].of(r.key), Headers: r.headers}
+		recs[i] = kafkago.Record{Time: r.time, Key: bs[2*i].of(r.key), Headers: r.headerList()}
 		recs[i].Value = bs[2*i+1].of(r.value)
 	}
 }

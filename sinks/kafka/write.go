@@ -27,9 +27,16 @@ const (
 type record struct {
 	key, value []byte
 	headers    []kafkago.Header
-	time       time.Time
-	kind       string
-	ev         *encoding.Event // nil for a tombstone
+	// fromEvent marks a binary-mode record, whose headers are ev's
+	// attributes and extensions, written straight from ev into the batch
+	// (appendEventHeaders) instead of held in headers. hcount and hbytes
+	// are their number and the bytes of their names and values, the time's
+	// at its longest.
+	fromEvent      bool
+	hcount, hbytes int
+	time           time.Time
+	kind           string
+	ev             *encoding.Event // nil for a tombstone
 	// src is the event the record stands for (a tombstone's is its
 	// delete); with the kind it names the record in partition.resolved.
 	src *encoding.Event
@@ -41,7 +48,7 @@ type record struct {
 }
 
 func (r *record) size() int {
-	n := len(r.key) + len(r.value) + 32
+	n := len(r.key) + len(r.value) + 32 + r.hbytes + 4*r.hcount
 	for _, h := range r.headers {
 		n += len(h.Key) + len(h.Value) + 4
 	}
@@ -49,13 +56,38 @@ func (r *record) size() int {
 }
 
 func (s *Sink) newRecord(ev *encoding.Event) record {
-	m := EncodeMessage(ev, s.structured)
 	kind := kindEvent
 	if isMarker(ev) {
 		kind = kindMarker
 	}
 	object := ev.Extension(encoding.ExtPartitionKey)
-	return record{key: m.Key, value: m.Value, headers: m.Headers, time: ev.Time(), kind: kind, ev: ev, src: ev, object: object}
+	r := record{time: ev.Time(), kind: kind, ev: ev, src: ev, object: object}
+	if s.structured {
+		m := EncodeMessage(ev, true)
+		r.key, r.value, r.headers = m.Key, m.Value, m.Headers
+		return r
+	}
+	// A binary-mode record is ev's data and headers as they are: nothing
+	// is copied until the batch is written.
+	if pk, ok := ev.Lookup(encoding.ExtPartitionKey); ok {
+		r.key = readOnlyBytes(pk)
+	}
+	if len(ev.Data()) > 0 {
+		r.value = ev.Data()
+	}
+	r.fromEvent = true
+	r.hcount, r.hbytes = eventHeadersSize(ev)
+	return r
+}
+
+// headerList is r's headers as kafka-go takes them, built from the event
+// for a binary-mode record: for kafka-go's encoder, which compressed batches
+// and the tests' oracles go through.
+func (r *record) headerList() []kafkago.Header {
+	if r.fromEvent {
+		return encodeBinary(r.ev).Headers
+	}
+	return r.headers
 }
 
 func isMarker(ev *encoding.Event) bool {
