@@ -15,7 +15,8 @@ import (
 // real Kafka broker and a nats-server process. In BenchmarkPipelinePaced
 // the in-process broker's wake-ups count as kubewire's, which at a trickle
 // is most of the cost; here only the replayed apiserver, which plays the
-// events, shares the process with kubewire.
+// events, shares the process with kubewire, and KUBEWIRE_BENCH_REPLAY=process
+// moves it out too.
 //
 //	go test -tags e2e -run '^$' -bench E2EPipelinePacedReal -benchtime 2000x ./internal/perf
 func BenchmarkE2EPipelinePacedReal(b *testing.B) {

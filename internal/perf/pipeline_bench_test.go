@@ -35,8 +35,9 @@ var replayed = map[string]struct{ objects, window int }{
 // before the timer starts.
 //
 // cpu-µs/event is the CPU time of the whole test process: with kfake and
-// jetstream that includes the in-process broker and the replay server. The
-// discard sink shows kubewire's own share.
+// jetstream that includes the in-process broker, and the replay server
+// unless KUBEWIRE_BENCH_REPLAY=process runs it in a child (whose CPU is then
+// replay-cpu-µs/event). The discard sink shows kubewire's own share.
 func BenchmarkPipeline(b *testing.B) {
 	for _, bk := range brokers {
 		for _, k := range benchdata.Kinds {
@@ -49,7 +50,7 @@ func BenchmarkPipeline(b *testing.B) {
 
 func benchPipeline(b *testing.B, bk brokerKind, k benchdata.Kind, cache string) {
 	rp := replayed[k.Name]
-	replay := benchdata.NewReplay(k, benchdata.DefaultSeed, rp.objects, rp.window)
+	replay := newReplay(b, k, benchdata.DefaultSeed, rp.objects, rp.window)
 	defer replay.Close()
 	p := startPipeline(b, k, replay.URL(), bk.new(b), cache)
 	defer p.stop()

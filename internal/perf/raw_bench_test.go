@@ -29,13 +29,16 @@ func BenchmarkPipelineRaw(b *testing.B) {
 
 // measure plays b.N events at once and reports what BenchmarkPipeline
 // reports.
-func measure(b *testing.B, replay *benchdata.Replay, p *pipeline) {
+func measure(b *testing.B, replay replayServer, p *pipeline) {
 	measureWith(b, replay, p, 10*time.Minute, func() { replay.Play(b.N) })
 }
 
 // measureWith runs play, which releases b.N events, waits up to timeout for
 // all of them to be acknowledged, and reports the pipeline's metrics.
-func measureWith(b *testing.B, replay *benchdata.Replay, p *pipeline, timeout time.Duration, play func()) {
+func measureWith(b *testing.B, replay replayServer, p *pipeline, timeout time.Duration, play func()) {
+	// The child's CPU is read before and after this process's, so the
+	// reading's round trip does not count as kubewire's.
+	rcpu := startReplayCPU(b, replay)
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cpu0 := cpuTime()
@@ -52,6 +55,7 @@ func measureWith(b *testing.B, replay *benchdata.Replay, p *pipeline, timeout ti
 	}
 	reportPipeline(b, start, cpu0, &before)
 	b.ReportMetric(float64(contextSwitches()-cs0)/float64(b.N), "ctxsw/event")
+	rcpu.report(b)
 }
 
 // loopReader replays a recorded watch stream forever.

@@ -36,7 +36,8 @@ var scalingCounts = []int{1, 2, 4}
 // change, acknowledged by all S sinks.
 //
 // cpu-µs/event and allocs/event cover the whole test process, as in
-// BenchmarkPipeline: the replay servers and, for kfake, the brokers too.
+// BenchmarkPipeline: the replay servers (unless KUBEWIRE_BENCH_REPLAY=process)
+// and, for kfake, the brokers too.
 //
 //	go test -run '^$' -bench Scaling -benchtime 3000x ./internal/perf
 func BenchmarkScaling(b *testing.B) {
@@ -56,11 +57,11 @@ func BenchmarkScaling(b *testing.B) {
 func benchResources(b *testing.B, resources int) {
 	k := benchdata.Pods
 	rp := replayed[k.Name]
-	replays := make([]*benchdata.Replay, resources)
+	replays := make([]replayServer, resources)
 	owner := map[string]int{} // subject (namespace/name) -> resource
 	for r := range replays {
 		seed := benchdata.DefaultSeed + uint64(r)
-		replays[r] = benchdata.NewReplay(k, seed, rp.objects, rp.window)
+		replays[r] = newReplay(b, k, seed, rp.objects, rp.window)
 		defer replays[r].Close()
 		for i := range rp.objects {
 			m := k.New(seed, i)["metadata"].(map[string]any)
@@ -109,7 +110,7 @@ func benchResources(b *testing.B, resources int) {
 	heap := heapAfterGC()
 
 	ack.expect(int64(b.N))
-	measureScaling(b, replays[0].FrameBytes(), func() {
+	measureScaling(b, replays, func() {
 		for r, rp := range replays {
 			n := b.N / resources
 			if r < b.N%resources {
@@ -124,7 +125,7 @@ func benchResources(b *testing.B, resources int) {
 func benchSinks(b *testing.B, bk brokerKind, n int) {
 	k := benchdata.Pods
 	rp := replayed[k.Name]
-	replay := benchdata.NewReplay(k, benchdata.DefaultSeed, rp.objects, rp.window)
+	replay := newReplay(b, k, benchdata.DefaultSeed, rp.objects, rp.window)
 	defer replay.Close()
 
 	// The stream gets credit back only for what every sink acknowledged.
@@ -168,7 +169,7 @@ func benchSinks(b *testing.B, bk brokerKind, n int) {
 		}
 		a.expect(int64(b.N))
 	}
-	measureScaling(b, replay.FrameBytes(), func() { replay.Play(b.N) }, ackers)
+	measureScaling(b, []replayServer{replay}, func() { replay.Play(b.N) }, ackers)
 }
 
 // closeDispatchers drains ds; it runs after the informers stopped.
@@ -182,12 +183,13 @@ func closeDispatchers(ds ...*sinks.Dispatcher) {
 
 // measureScaling is measure for several replays or sinks: play releases
 // b.N events in all, and the op ends when every acker has seen its b.N.
-func measureScaling(b *testing.B, frameBytes int, play func(), ackers []*acker) {
+func measureScaling(b *testing.B, replays []replayServer, play func(), ackers []*acker) {
+	rcpu := startReplayCPU(b, replays...)
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cpu0 := cpuTime()
 	b.ReportAllocs()
-	b.SetBytes(int64(frameBytes))
+	b.SetBytes(int64(replays[0].FrameBytes()))
 	b.ResetTimer()
 	start := time.Now()
 	play()
@@ -200,4 +202,5 @@ func measureScaling(b *testing.B, frameBytes int, play func(), ackers []*acker) 
 		}
 	}
 	reportPipeline(b, start, cpu0, &before)
+	rcpu.report(b)
 }
