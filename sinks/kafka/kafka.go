@@ -53,6 +53,8 @@ var schema string
 // dispatcher shards.
 type Sink struct {
 	name        string
+	seriesOnce  sync.Once
+	m           *series
 	cfg         Config
 	log         *slog.Logger
 	structured  bool

@@ -76,11 +76,32 @@ var (
 	}, []string{"sink"})
 )
 
-// observeProduce records one produce round trip of sink under both the
-// current and the deprecated histogram name.
-func observeProduce(sink string, seconds float64) {
-	mProduceDuration.WithLabelValues(sink).Observe(seconds)
-	mProduceSeconds.WithLabelValues(sink).Observe(seconds)
+// series are the series of one sink that move on every produce request,
+// looked up once (see Sink.series) rather than by label on every request.
+type series struct {
+	produceOK                    prometheus.Counter
+	batchRecords                 prometheus.Observer
+	duration, durationDeprecated prometheus.Observer
+	events, tombstones, markers  prometheus.Counter
+}
+
+func newSeries(sink string) *series {
+	return &series{
+		produceOK:          mProduceRequests.WithLabelValues(sink, "ok"),
+		batchRecords:       mBatchRecords.WithLabelValues(sink),
+		duration:           mProduceDuration.WithLabelValues(sink),
+		durationDeprecated: mProduceSeconds.WithLabelValues(sink),
+		events:             mRecords.WithLabelValues(sink, kindEvent),
+		tombstones:         mRecords.WithLabelValues(sink, kindTombstone),
+		markers:            mRecords.WithLabelValues(sink, kindMarker),
+	}
+}
+
+// observeProduce records one produce round trip under both the current
+// and the deprecated histogram name.
+func (m *series) observeProduce(seconds float64) {
+	m.duration.Observe(seconds)
+	m.durationDeprecated.Observe(seconds)
 }
 
 // Collectors lists the Kafka sink's own collectors; the registry of sink
@@ -88,4 +109,10 @@ func observeProduce(sink string, seconds float64) {
 func (*Config) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{mProduceRequests, mRecords, mOversized, mBatchRecords, mProduceDuration, mProduceSeconds,
 		mProduceResends, mSequenceErrors}
+}
+
+// series returns the sink's per-request series.
+func (s *Sink) series() *series {
+	s.seriesOnce.Do(func() { s.m = newSeries(s.name) })
+	return s.m
 }

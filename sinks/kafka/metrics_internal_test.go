@@ -10,7 +10,7 @@ import (
 
 func TestAKafkaProduceIsObservedUnderBothTheNewAndTheDeprecatedHistogramName(t *testing.T) {
 	metrics.Register((*Config)(nil).Collectors()...)
-	observeProduce("renametest", 0.25)
+	(&Sink{name: "renametest"}).series().observeProduce(0.25)
 	for _, name := range []string{"kubewire_kafka_produce_duration_seconds", "kubewire_kafka_produce_seconds"} {
 		mfs, err := metrics.Registry.Gather()
 		if err != nil {

@@ -344,7 +344,8 @@ func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.Pr
 	defer cancel()
 	start := time.Now()
 	res, err := do(ctx)
-	observeProduce(s.name, time.Since(start).Seconds())
+	m := s.series()
+	m.observeProduce(time.Since(start).Seconds())
 	if err == nil && res != nil && res.Error != nil && !errors.Is(res.Error, kafkago.DuplicateSequenceNumber) {
 		err = res.Error
 	}
@@ -353,8 +354,8 @@ func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.Pr
 		mProduceRequests.WithLabelValues(s.name, outcome(err)).Inc()
 		return fmt.Errorf("kafka: produce %d records to %s[%d]: %w", len(rs), p.topic, p.id, err)
 	}
-	mProduceRequests.WithLabelValues(s.name, "ok").Inc()
-	mBatchRecords.WithLabelValues(s.name).Observe(float64(len(rs)))
+	m.produceOK.Inc()
+	m.batchRecords.Observe(float64(len(rs)))
 	var events, tombstones, markers int
 	for i := range rs {
 		switch rs[i].kind {
@@ -366,9 +367,9 @@ func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.Pr
 			markers++
 		}
 	}
-	mRecords.WithLabelValues(s.name, kindEvent).Add(float64(events))
-	mRecords.WithLabelValues(s.name, kindTombstone).Add(float64(tombstones))
-	mRecords.WithLabelValues(s.name, kindMarker).Add(float64(markers))
+	m.events.Add(float64(events))
+	m.tombstones.Add(float64(tombstones))
+	m.markers.Add(float64(markers))
 	return nil
 }
 

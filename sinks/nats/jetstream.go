@@ -191,7 +191,7 @@ func (s *Sink) publishAsync(js jetstream.JetStream, m *natsgo.Msg, results chan<
 	s.pendingMu.Lock()
 	s.pending[m] = waiter{results: results, index: i}
 	s.pendingMu.Unlock()
-	mPendingAcks.WithLabelValues(s.name).Inc()
+	s.mPending.Inc()
 	if _, err := js.PublishMsgAsync(m); err != nil {
 		// No callback follows a failed send: undo here.
 		if s.resolve(m) != nil {
@@ -212,7 +212,7 @@ func (s *Sink) resolve(m *natsgo.Msg) *waiter {
 	if !ok {
 		return nil
 	}
-	mPendingAcks.WithLabelValues(s.name).Dec()
+	s.mPending.Dec()
 	return &w
 }
 

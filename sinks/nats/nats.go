@@ -19,6 +19,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/sinks"
@@ -72,6 +73,9 @@ type Sink struct {
 	// how one Write waits on many acknowledgements without a goroutine each.
 	pendingMu sync.Mutex
 	pending   map[*natsgo.Msg]waiter
+	// mPending is mPendingAcks of this sink, looked up once: it moves
+	// twice per message.
+	mPending prometheus.Gauge
 }
 
 type waiter struct {
@@ -119,11 +123,12 @@ func New(name string, cfg *Config, deps sinks.Deps) (sinks.Sink, error) {
 		log = slog.Default()
 	}
 	s := &Sink{
-		name:    name,
-		cfg:     c,
-		tmpl:    tmpl,
-		log:     log.With("sink", name, "type", Type),
-		pending: map[*natsgo.Msg]waiter{},
+		name:     name,
+		cfg:      c,
+		tmpl:     tmpl,
+		log:      log.With("sink", name, "type", Type),
+		pending:  map[*natsgo.Msg]waiter{},
+		mPending: mPendingAcks.WithLabelValues(name),
 
 		kvWindows: map[kvWindowKey]uint64{},
 	}
