@@ -2,6 +2,7 @@ package raw
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"unsafe"
 )
 
@@ -121,31 +122,34 @@ const (
 	highs = 0x8080808080808080
 )
 
-// plain8 reports whether none of the eight bytes in x is special. Each test
-// is the "has a zero byte" bit trick; a borrow can only mark bytes above
-// one that really matched, so the answer for the word as a whole is exact.
-func plain8(x uint64) bool {
+// special8 marks the special bytes of the eight in x (little-endian) by
+// their high bits, and is zero if none is. Each test is the "has a zero
+// byte" bit trick; a borrow can only mark bytes above one that really
+// matched, so the lowest mark is exact and so is the answer for the word
+// as a whole.
+func special8(x uint64) uint64 {
 	quote := x ^ (ones * '"')
 	backslash := x ^ (ones * '\\')
 	control := (x - ones*0x20) & ^x
-	return ((quote-ones)&^quote|(backslash-ones)&^backslash|control)&highs == 0
+	return ((quote-ones)&^quote | (backslash-ones)&^backslash | control) & highs
 }
 
 // validString checks the string whose opening quote is s[at].
 func validString(s string, at int) (int, bool) {
 	i := at + 1
 	for {
-		// Most strings are short (keys, names, fieldsV1's "f:…"), for which
-		// a table lookup per byte is fastest; after 16 plain bytes the
-		// string is likely long (a value, a certificate) and goes on eight
-		// bytes at a time.
-		for j := min(len(s), i+16); i < j && !special[s[i]]; {
-			i++
-		}
-		if i < len(s) && !special[s[i]] {
-			for i+8 <= len(s) && plain8(binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))) {
-				i += 8
+		// Eight bytes at a time, jumping straight to the first that needs
+		// a look: values such as a ConfigMap's files hold an escape every
+		// few dozen bytes, and a byte at a time between them cost twice as
+		// much. The last few bytes of s go one at a time.
+		for i+8 <= len(s) {
+			if m := special8(binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
 			}
+			i += 8
+		}
+		if i+8 > len(s) {
 			for i < len(s) && !special[s[i]] {
 				i++
 			}

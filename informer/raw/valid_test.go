@@ -3,6 +3,7 @@ package raw
 import (
 	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"strings"
 	"testing"
 
@@ -40,16 +41,33 @@ func TestValidAcceptsWhatEncodingJSONAccepts(t *testing.T) {
 	}
 }
 
-// Every byte value at every position of a word, among plain bytes: the
-// word-at-a-time skip must stop for exactly the bytes a string cannot hold
-// as they are.
-func TestPlain8StopsForEveryByteThatNeedsALook(t *testing.T) {
+// Every byte value at every position of a word, after plain bytes and
+// before any bytes at all: the word-at-a-time skip must stop at exactly the
+// first byte a string cannot hold as it is.
+func TestSpecial8FindsTheFirstByteThatNeedsALook(t *testing.T) {
+	first := func(w []byte) int {
+		for i, c := range w {
+			if special[c] {
+				return i
+			}
+		}
+		return 8
+	}
 	for pos := range 8 {
 		for c := range 256 {
-			w := []byte("abcdefgh")
-			w[pos] = byte(c)
-			if got := !plain8(binary.LittleEndian.Uint64(w)); got != special[c] {
-				t.Errorf("byte %#x at %d: stops %v, want %v", c, pos, got, special[c])
+			for _, after := range []byte{'a', 0, '"', '\\', 0x1f, 0x20, 0x80, 0xff} {
+				w := []byte("abcdefgh")
+				w[pos] = byte(c)
+				for k := pos + 1; k < 8; k++ {
+					w[k] = after
+				}
+				got := 8
+				if m := special8(binary.LittleEndian.Uint64(w)); m != 0 {
+					got = bits.TrailingZeros64(m) >> 3
+				}
+				if want := first(w); got != want {
+					t.Errorf("%q: stops at %d, want %d", w, got, want)
+				}
 			}
 		}
 	}
