@@ -226,7 +226,7 @@ func serveReplayChild(spec string, in io.Reader, out io.Writer) error {
 		case cmd == "pace" && len(n) == 2:
 			go pace(r, time.Duration(n[0]), int(n[1]), stop)
 		case cmd == "cpu" && len(n) == 0:
-			if _, err := fmt.Fprintf(out, "cpu %d\n", int64(processCPU())); err != nil {
+			if _, err := fmt.Fprintf(out, "cpu %d\n", int64(ProcessCPU())); err != nil {
 				return err
 			}
 		default:
@@ -251,8 +251,9 @@ func pace(r *Replay, interval time.Duration, n int, stop <-chan struct{}) {
 	}
 }
 
-// processCPU is the user and system CPU time of this process so far.
-func processCPU() time.Duration {
+// ProcessCPU is the user and system CPU time of this process so far: the
+// benchmarks' cpu-µs/event, and the replay process's own.
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
