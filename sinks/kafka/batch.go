@@ -39,9 +39,10 @@ func appendBatch(b []byte, rs []record, p producer, now time.Time) []byte {
 		// The record's length comes first. The length of an event's
 		// headers is known only once they are written, so the record goes
 		// after room for the length of its bound, which is nearly always
-		// the length's own size, and moves back if the length is shorter.
-		// (The bound's framing allows 8 bytes or more per header over what
-		// is written, more than a time with a year past 9999 adds.)
+		// the length's own size, and moves to fit the length otherwise:
+		// back if it is shorter, and forward should the bound ever fall
+		// short of what the headers took (a header eventHeadersSize missed),
+		// which would otherwise overwrite the record's first bytes.
 		at := len(b)
 		room := varintLen(int64(recordBound(r)))
 		b = append(b, make([]byte, room)...)
@@ -51,7 +52,7 @@ func appendBatch(b []byte, rs []record, p producer, now time.Time) []byte {
 		b = appendNullBytes(b, r.key)
 		b = appendNullBytes(b, r.value)
 		if r.fromEvent {
-			b = appendEventHeaders(b, r.ev, r.hcount)
+			b = appendEventHeaders(b, r.ev)
 		} else {
 			b = binary.AppendVarint(b, int64(len(r.headers)))
 			for _, h := range r.headers {
@@ -61,8 +62,11 @@ func appendBatch(b []byte, rs []record, p producer, now time.Time) []byte {
 			}
 		}
 		body := len(b) - at - room
-		if n := varintLen(int64(body)); n < room {
-			copy(b[at+n:], b[at+room:])
+		if n := varintLen(int64(body)); n != room {
+			if n > room {
+				b = append(b, make([]byte, n-room)...)
+			}
+			copy(b[at+n:], b[at+room:at+room+body])
 			b = b[:at+n+body]
 		}
 		binary.PutVarint(b[at:], int64(body))

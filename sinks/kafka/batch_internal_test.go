@@ -87,6 +87,30 @@ func TestARecordWithoutATimeGetsNow(t *testing.T) {
 }
 
 // With room for it, a batch is encoded without an allocation.
+// The length that starts a record is written after room sized from the
+// record's bound. A binary-mode record whose headers outgrow that bound
+// (here, sizes that claim none) must still come out as kafka-go writes it,
+// not with its length over its first bytes.
+func TestARecordLongerThanItsBoundIsStillWrittenWhole(t *testing.T) {
+	ev, err := encoding.New(sinktest.Change(informer.OpUpdated, "ns", "cm", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := (&Sink{}).newRecord(ev)
+	r.time = time.UnixMilli(1764000000000)
+	r.hbytes, r.hcount = 0, 0
+	// A value that puts the understated bound just under 8192, where a
+	// record's length takes a third varint byte, and the record over it.
+	r.value = bytes.Repeat([]byte("v"), 8191-recordBound(&r)+len(r.value))
+	want := kafkaGoBatch(t, []record{r}, producer{id: 1, valid: true})
+	if bound, size := recordBound(&r), len(want)-rawSizeLen-batchHeaderLen; varintLen(int64(bound)) >= varintLen(int64(size)) {
+		t.Fatalf("the record (%d bytes) does not outgrow the varint of its bound (%d)", size, bound)
+	}
+	if got := appendBatch(nil, []record{r}, producer{id: 1, valid: true}, time.Now()); !bytes.Equal(got, want) {
+		t.Fatalf("appendBatch differs from kafka-go at byte %d of %d (kafka-go %d)", firstDiff(got, want), len(got), len(want))
+	}
+}
+
 func TestAppendBatchAllocatesNothingWithinCapacity(t *testing.T) {
 	// A binary-mode record costs nothing to build either: its key, value
 	// and headers are its event's.

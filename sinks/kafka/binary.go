@@ -103,7 +103,18 @@ func eventHeadersSize(ev *encoding.Event) (count, size int) {
 // header count and headers: what appendBatch writes for encodeBinary's
 // headers (TestTheBatchOfEventsIsTheBatchOfTheirMessages), written from the
 // event without building them.
-func appendEventHeaders(b []byte, ev *encoding.Event, count int) []byte {
+func appendEventHeaders(b []byte, ev *encoding.Event) []byte {
+	// Counted here, next to the writes it counts, rather than taken from
+	// eventHeadersSize: a count that disagreed would corrupt the batch.
+	count := 4 + ev.Len()
+	for _, v := range [...]string{ev.DataContentType(), ev.DataSchema(), ev.Subject()} {
+		if v != "" {
+			count++
+		}
+	}
+	if !ev.Time().IsZero() {
+		count++
+	}
 	b = binary.AppendVarint(b, int64(count))
 	b = appendHeader(b, headerSpecVersion, event.CloudEventsVersionV1)
 	b = appendHeader(b, headerID, ev.ID())

@@ -31,7 +31,7 @@ type record struct {
 	// attributes and extensions, written straight from ev into the batch
 	// (appendEventHeaders) instead of held in headers. hcount and hbytes
 	// are their number and the bytes of their names and values, the time's
-	// at its longest.
+	// at its longest, for sizing the record only.
 	fromEvent      bool
 	hcount, hbytes int
 	time           time.Time
