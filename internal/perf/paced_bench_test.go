@@ -108,3 +108,25 @@ func benchPaced(b *testing.B, bk brokerKind, k benchdata.Kind, rate int, adaptPr
 	})
 	b.ReportMetric(float64(rate), "events/s-asked")
 }
+
+// BenchmarkIdleWake is the floor under BenchmarkPipelinePaced's figures: a
+// goroutine that wakes at the paced rate and does nothing else. Between
+// wakes the process is idle, as kubewire is at a trickle, so each wake pays
+// the runtime's return from the netpoller, sysmon's wake and whatever the
+// kernel and hypervisor charge for leaving an idle CPU, none of which any
+// work on kubewire's path can remove. A paced event wakes kubewire at least
+// twice: for the watch data and for the broker's answer.
+func BenchmarkIdleWake(b *testing.B) {
+	every := time.Second / time.Duration(pacedRate(b))
+	t := time.NewTicker(every)
+	defer t.Stop()
+	<-t.C
+	cpu0, cs0 := cpuTime(), contextSwitches()
+	b.ResetTimer()
+	for range b.N {
+		<-t.C
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/wake")
+	b.ReportMetric(float64(contextSwitches()-cs0)/float64(b.N), "ctxsw/wake")
+}
