@@ -47,6 +47,9 @@ const (
 	headerDataContentType = HeaderPrefix + "datacontenttype"
 )
 
+// headerID is the id's header, which SetTextHeaders sets (msgID reads it).
+const headerID = HeaderPrefix + "id"
+
 // Values shared read-only by every message's header: nats.go only reads a
 // message's header, and the sink replaces values rather than appending.
 var (

@@ -96,3 +96,23 @@ func TestTheDirectBinaryMessageIsWhatSDKGoWrites(t *testing.T) {
 		})
 	}
 }
+
+// Nats-Msg-Id is the event's id as it is, which JetStream deduplicates on,
+// whether or not ce-id had to percent-encode it; when ce-id did not, the two
+// headers share their value.
+func TestTheMessageIDIsTheEventIDAsItIs(t *testing.T) {
+	for _, id := range []string{"uid-1/42/updated", `id "quoted" 50% ünï`} {
+		ce := event.New()
+		ce.SetID(id)
+		ce.SetSource("/s")
+		ce.SetType("t")
+		m := binaryMessage("subj", sinktest.FromCloudEvent(t, &ce))
+		got := msgID(m.Header, id)
+		if len(got) != 1 || got[0] != id {
+			t.Errorf("Nats-Msg-Id of %q = %q, want [%q]", id, got, id)
+		}
+		if shared := &got[0] == &m.Header[headerID][0]; shared != (m.Header.Get(headerID) == id) {
+			t.Errorf("id %q: ce-id %q, value shared with Nats-Msg-Id: %v", id, m.Header.Get(headerID), shared)
+		}
+	}
+}

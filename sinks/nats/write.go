@@ -130,9 +130,21 @@ func (s *Sink) message(ev *encoding.Event) (*natsgo.Msg, error) {
 		return nil, err
 	}
 	if s.cfg.Mode == ModeJetStream {
-		m.Header[jetstream.MsgIDHeader] = []string{ev.ID()}
+		m.Header[jetstream.MsgIDHeader] = msgID(m.Header, ev.ID())
 	}
 	return m, nil
+}
+
+// msgID is the value of a message's Nats-Msg-Id header: the event's id. In
+// binary mode that is nearly always ce-id's value too, percent-encoding
+// having nothing to escape in it, and the two headers share that value, one
+// allocation fewer per message; values are only read once set (see
+// specVersionValue).
+func msgID(h natsgo.Header, id string) []string {
+	if v := h[headerID]; len(v) == 1 && v[0] == id {
+		return v
+	}
+	return []string{id}
 }
 
 // writeCore publishes with core NATS. Core NATS has no acknowledgement: a
