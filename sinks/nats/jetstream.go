@@ -44,29 +44,28 @@ import (
 // key's order holds. Only a reference that is refused too is a failure, a
 // permanent one of that event alone: the key goes on.
 func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, events []*encoding.Event, msgs []*natsgo.Msg, o *outcomes) {
-	// Each key's messages, in order; keys in order of first appearance.
-	var keys []string
-	queue := map[string][]int{}
-	keyOf := func(i int) string { return events[i].Extension(encoding.ExtPartitionKey) }
+	// Each key's messages in order, as a chain: after[i] is the next
+	// message of i's key, or -1. The keys' first messages are ready, in
+	// order of first appearance.
+	after := make([]int, len(events))
+	last := make(map[string]int, len(events))
+	ready := make([]int, 0, len(events))
 	for i := range events {
+		after[i] = -1
 		if msgs[i] == nil {
 			continue // refused already
 		}
-		k := keyOf(i)
-		if _, ok := queue[k]; !ok {
-			keys = append(keys, k)
+		k := events[i].Extension(encoding.ExtPartitionKey)
+		if j, ok := last[k]; ok {
+			after[j] = i
+		} else {
+			ready = append(ready, i)
 		}
-		queue[k] = append(queue[k], i)
+		last[k] = i
 	}
-	ready := make([]int, 0, len(keys))
-	for _, k := range keys {
-		ready = append(ready, queue[k][0])
-		queue[k] = queue[k][1:]
-	}
-	next := func(k string) {
-		if q := queue[k]; len(q) > 0 {
-			ready = append(ready, q[0])
-			queue[k] = q[1:]
+	next := func(i int) {
+		if j := after[i]; j >= 0 {
+			ready = append(ready, j)
 		}
 	}
 
@@ -99,17 +98,16 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 			err = fmt.Errorf("even as a reference (%d bytes): %w", msgSize(msgs[i]), err)
 		}
 		ferr := fmt.Errorf("nats: event %s to %q: %w", events[i].ID(), msgs[i].Subject, err)
-		k := keyOf(i)
 		if errors.Is(err, sinks.ErrTooLarge) {
 			o.fail(i, sinks.Permanent(ferr))
-			next(k)
+			next(i)
 			return
 		}
+		// The key stops here: nothing after i in its chain is published.
 		o.fail(i, ferr)
-		for _, j := range queue[k] {
+		for j := after[i]; j >= 0; j = after[j] {
 			o.fail(j, fmt.Errorf("nats: event %s follows a failed event of its key: %w", events[j].ID(), sinks.ErrNotSent))
 		}
-		delete(queue, k)
 		if stopped == nil && stopsWrite(err) {
 			stopped = ferr
 		}
@@ -127,7 +125,7 @@ func (s *Sink) writeJetStream(ctx context.Context, js jetstream.JetStream, event
 		if r.ack.Duplicate {
 			mDuplicates.WithLabelValues(s.name).Inc()
 		}
-		next(keyOf(r.index))
+		next(r.index)
 	}
 	// unresolved fails every event neither acknowledged nor failed yet.
 	unresolved := func(err error) {
@@ -194,7 +192,7 @@ func (s *Sink) publishAsync(js jetstream.JetStream, m *natsgo.Msg, results chan<
 	s.mPending.Inc()
 	if _, err := js.PublishMsgAsync(m); err != nil {
 		// No callback follows a failed send: undo here.
-		if s.resolve(m) != nil {
+		if _, ok := s.resolve(m); ok {
 			<-s.window
 		}
 		return err
@@ -202,32 +200,32 @@ func (s *Sink) publishAsync(js jetstream.JetStream, m *natsgo.Msg, results chan<
 	return nil
 }
 
-// resolve removes and returns the waiter of m, or nil if it was resolved
-// already.
-func (s *Sink) resolve(m *natsgo.Msg) *waiter {
+// resolve removes and returns the waiter of m, if it was not resolved
+// already. It returns the waiter by value: a pointer would cost every
+// message an allocation.
+func (s *Sink) resolve(m *natsgo.Msg) (waiter, bool) {
 	s.pendingMu.Lock()
 	w, ok := s.pending[m]
 	delete(s.pending, m)
 	s.pendingMu.Unlock()
-	if !ok {
-		return nil
+	if ok {
+		s.mPending.Dec()
 	}
-	s.mPending.Dec()
-	return &w
+	return w, ok
 }
 
 // onAck and onErr are the jetstream context's callbacks. They run on the
 // library's goroutines (onErr for a timeout even under its lock), so they
 // only hand the result over and never block.
 func (s *Sink) onAck(_ jetstream.JetStream, m *natsgo.Msg, ack *jetstream.PubAck) {
-	if w := s.resolve(m); w != nil {
+	if w, ok := s.resolve(m); ok {
 		<-s.window
 		w.results <- result{index: w.index, ack: ack}
 	}
 }
 
 func (s *Sink) onErr(_ jetstream.JetStream, m *natsgo.Msg, err error) {
-	if w := s.resolve(m); w != nil {
+	if w, ok := s.resolve(m); ok {
 		<-s.window
 		w.results <- result{index: w.index, err: err}
 	}
