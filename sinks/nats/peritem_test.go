@@ -54,6 +54,7 @@ func TestAJetStreamWriteReportsEachEventAndTheStreamTakesThoseItCaptures(t *test
 	defer s.Close(ctx)
 
 	var evs []*encoding.Event
+	var rvs []int
 	for rv := 1; rv <= 3; rv++ {
 		for k := range 3 {
 			for _, ns := range []string{"team-b", "team-a"} {
@@ -62,6 +63,7 @@ func TestAJetStreamWriteReportsEachEventAndTheStreamTakesThoseItCaptures(t *test
 					t.Fatal(err)
 				}
 				evs = append(evs, ev)
+				rvs = append(rvs, rv)
 			}
 		}
 	}
@@ -79,6 +81,12 @@ func TestAJetStreamWriteReportsEachEventAndTheStreamTakesThoseItCaptures(t *test
 			t.Errorf("%s, which the stream captures: %v; want it acknowledged", label(ev), e)
 		case !captured && (e == nil || errors.Is(e, sinks.ErrPermanent)):
 			t.Errorf("%s, which no stream captures: %v; want a transient failure", label(ev), e)
+		case !captured && rvs[i] == 1 && errors.Is(e, sinks.ErrNotSent):
+			t.Errorf("%s, its object's first event: %v; want the server's refusal", label(ev), e)
+		case !captured && rvs[i] > 1 && !errors.Is(e, sinks.ErrNotSent):
+			// Published only after the PubAck of its object's event
+			// before it, so never, since that one failed.
+			t.Errorf("%s, after its object's failed event: %v; want it not sent", label(ev), e)
 		}
 		if e != nil {
 			failed = append(failed, ev)
