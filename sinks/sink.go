@@ -1,6 +1,6 @@
-// Package sinks holds the contract between kubewire's delivery engine and the
-// adapters that talk to brokers, the registry of adapters, and the ordered
-// dispatcher that owns retries, ordering and buffering for every adapter.
+// Package sinks holds the contract between kubewire's delivery engine
+// (package dispatch) and the adapters that talk to brokers, and the registry
+// of adapters.
 package sinks
 
 import (

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/kubewire/kubewire/dispatch"
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/config"
@@ -55,7 +57,7 @@ type App struct {
 	opt         Options
 	log         *slog.Logger
 	watchers    []*informer.Watcher
-	dispatchers map[string]*sinks.Dispatcher
+	dispatchers map[string]*dispatch.Dispatcher
 }
 
 // New builds the sinks, dispatchers and watchers. Nothing connects yet.
@@ -99,7 +101,7 @@ func New(opt Options) (*App, error) {
 		}
 	}
 
-	a := &App{opt: opt, log: opt.Logger, dispatchers: map[string]*sinks.Dispatcher{}}
+	a := &App{opt: opt, log: opt.Logger, dispatchers: map[string]*dispatch.Dispatcher{}}
 	deps := sinks.Deps{Stdout: opt.Stdout, Logger: opt.Logger}
 	for _, sc := range cfg.Sinks {
 		s, err := opt.Registry.New(sc, deps)
@@ -112,7 +114,7 @@ func New(opt Options) (*App, error) {
 				lanes++
 			}
 		}
-		d := sinks.NewDispatcher(sc.Name, s, sinks.Options{
+		d := dispatch.NewDispatcher(sc.Name, s, dispatch.Options{
 			Lanes:        lanes,
 			Shards:       cfg.Dispatch.Shards,
 			BufferEvents: cfg.Dispatch.BufferEvents,
@@ -122,7 +124,7 @@ func New(opt Options) (*App, error) {
 		})
 		if sc.Overflow == config.OverflowSpool {
 			dir := filepath.Join(cfg.Dispatch.SpoolDir, sc.Name)
-			if err := d.UseSpool(sinks.SpoolOptions{Dir: dir, MaxBytes: sc.Spool.MaxBytes, Fsync: sc.Spool.Fsync}); err != nil {
+			if err := d.UseSpool(spool.Options{Dir: dir, MaxBytes: sc.Spool.MaxBytes, Fsync: sc.Spool.Fsync}); err != nil {
 				return nil, fmt.Errorf("sink %q: spool in %s (dispatch.spoolDir, or set overflow: conflate): %w", sc.Name, dir, err)
 			}
 		}
@@ -152,10 +154,10 @@ func New(opt Options) (*App, error) {
 
 // fanout hands each Change to every sink of its resource. The Item is shared
 // so the CloudEvent is built once.
-type fanout []*sinks.Dispatcher
+type fanout []*dispatch.Dispatcher
 
 func (f fanout) Enqueue(c *informer.Change) {
-	it := sinks.NewItem(c)
+	it := dispatch.NewItem(c)
 	for _, d := range f {
 		d.Enqueue(it)
 	}

@@ -3,8 +3,8 @@ package app
 import (
 	"slices"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // Readiness is what /readyz reports: whether kubewire is ready and, if not,
@@ -31,8 +31,8 @@ type ResourceReadiness struct {
 
 // SinkReadiness is one sink that is not healthy.
 type SinkReadiness struct {
-	Sink  string            `json:"sink"`
-	State sinks.HealthState `json:"state"`
+	Sink  string               `json:"sink"`
+	State dispatch.HealthState `json:"state"`
 }
 
 // Readiness reports whether every informer has synced and every sink is
@@ -57,7 +57,7 @@ func (a *App) Readiness() Readiness {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if st := a.dispatchers[name].Health(); st != sinks.HealthOK {
+		if st := a.dispatchers[name].Health(); st != dispatch.HealthOK {
 			r.Sinks = append(r.Sinks, SinkReadiness{Sink: name, State: st})
 		}
 	}

@@ -13,12 +13,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testcluster"
 	"github.com/kubewire/kubewire/internal/testkit"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // readyz answers /readyz through the handler and decodes a 503's body.
@@ -77,7 +77,7 @@ resources:
 			{Resource: "secrets", State: informer.StateForbidden},
 			{Resource: "widgets." + group, State: informer.StateNotServed},
 		},
-		Sinks: []app.SinkReadiness{{Sink: "down", State: sinks.HealthConnecting}},
+		Sinks: []app.SinkReadiness{{Sink: "down", State: dispatch.HealthConnecting}},
 	}
 	var body string
 	testkit.Eventually(t, "/readyz to name each reason", func() bool {

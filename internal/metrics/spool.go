@@ -2,7 +2,7 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// The disk spool of a sink with overflow: spool (sinks/spool.go).
+// The disk spool of a sink with overflow: spool (dispatch/spool).
 var (
 	SpoolBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kubewire_spool_bytes",

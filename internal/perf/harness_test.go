@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/kubewire/kubewire/dispatch"
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
@@ -198,10 +200,10 @@ func mapperFor(k benchdata.Kind) meta.ResettableRESTMapper {
 }
 
 // fanout is what the app puts between a watcher and its dispatchers.
-type fanout []*sinks.Dispatcher
+type fanout []*dispatch.Dispatcher
 
 func (f fanout) Enqueue(c *informer.Change) {
-	it := sinks.NewItem(c)
+	it := dispatch.NewItem(c)
 	for _, d := range f {
 		d.Enqueue(it)
 	}
@@ -211,7 +213,7 @@ func (f fanout) Enqueue(c *informer.Change) {
 // internal/app wires it, reading from a replayed apiserver.
 type pipeline struct {
 	ack    *acker
-	d      *sinks.Dispatcher
+	d      *dispatch.Dispatcher
 	cancel context.CancelFunc
 	ran    chan struct{}
 }
@@ -230,16 +232,16 @@ func startPipeline(tb testing.TB, k benchdata.Kind, apiserver string, sink sinks
 
 // newDispatcher is a dispatcher with kubewire's default options, the disk
 // spool included (a healthy sink never uses it, but Enqueue checks it).
-func newDispatcher(tb testing.TB, name string, sink sinks.Sink) *sinks.Dispatcher {
+func newDispatcher(tb testing.TB, name string, sink sinks.Sink) *dispatch.Dispatcher {
 	cfg := &config.Config{Sinks: []config.Sink{{Name: name, Type: stdout.Type}}}
 	cfg.ApplyDefaults()
-	d := sinks.NewDispatcher(name, sink, sinks.Options{
+	d := dispatch.NewDispatcher(name, sink, dispatch.Options{
 		Shards: cfg.Dispatch.Shards, BufferEvents: cfg.Dispatch.BufferEvents, BufferBytes: cfg.Dispatch.BufferBytes,
 		BatchSize: cfg.Dispatch.BatchSize, Logger: quiet,
 	})
 	sc := cfg.Sinks[0]
 	if sc.Overflow == config.OverflowSpool {
-		if err := d.UseSpool(sinks.SpoolOptions{Dir: tb.TempDir(), MaxBytes: sc.Spool.MaxBytes, Fsync: sc.Spool.Fsync}); err != nil {
+		if err := d.UseSpool(spool.Options{Dir: tb.TempDir(), MaxBytes: sc.Spool.MaxBytes, Fsync: sc.Spool.Fsync}); err != nil {
 			tb.Fatal(err)
 		}
 	}

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // scalingCounts are the numbers of resources and of sinks BenchmarkScaling
@@ -173,7 +173,7 @@ func benchSinks(b *testing.B, bk brokerKind, n int) {
 }
 
 // closeDispatchers drains ds; it runs after the informers stopped.
-func closeDispatchers(ds ...*sinks.Dispatcher) {
+func closeDispatchers(ds ...*dispatch.Dispatcher) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, d := range ds {

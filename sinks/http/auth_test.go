@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
@@ -116,10 +117,10 @@ func TestTheSecretNeverAppearsInLogsOrErrors(t *testing.T) {
 	// Every refusal's body echoes the Authorization header back; the
 	// dispatcher logs each failed write with its error.
 	rcv.Fail(500, 401, 503, 429, 400)
-	d := sinks.NewDispatcher("leak-check", s, sinks.Options{Shards: 1, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond, Logger: log})
+	d := dispatch.NewDispatcher("leak-check", s, dispatch.Options{Shards: 1, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond, Logger: log})
 	d.Start()
-	d.Enqueue(sinks.NewItem(change("a", 1)))
-	d.Enqueue(sinks.NewItem(change("a", 2)))
+	d.Enqueue(dispatch.NewItem(change("a", 1)))
+	d.Enqueue(dispatch.NewItem(change("a", 2)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	d.Close(ctx)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
@@ -117,12 +118,12 @@ func TestA500IsRetriedByTheDispatcherAndTheEventsAreThenDelivered(t *testing.T) 
 	path := freshPath()
 	s := newSink(t, &httpsink.Config{URL: rcv.URL() + path})
 	rcv.Fail(500, 500, 429)
-	d := sinks.NewDispatcher("http-retry", s, sinks.Options{Shards: 1, RetryInitial: time.Millisecond, RetryMax: 10 * time.Millisecond,
+	d := dispatch.NewDispatcher("http-retry", s, dispatch.Options{Shards: 1, RetryInitial: time.Millisecond, RetryMax: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))})
 	d.Start()
 	var sent []*encoding.Event
 	for rv := 1; rv <= 3; rv++ {
-		d.Enqueue(sinks.NewItem(change("a", rv)))
+		d.Enqueue(dispatch.NewItem(change("a", rv)))
 		sent = append(sent, mustEvent(t, change("a", rv)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
-	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
@@ -32,7 +32,7 @@ func TestE2EABrokerKilledWhileWritingLeavesNoDuplicateEventAndEveryKeyInOrder(t 
 		k.RequestTimeout = config.NewDuration(5 * time.Second)
 	})
 	topic := widgetTopic(prefix)
-	d := sinks.NewDispatcher("kafka-test", s, sinks.Options{
+	d := dispatch.NewDispatcher("kafka-test", s, dispatch.Options{
 		Shards:       4,
 		BatchSize:    20,
 		RetryInitial: 20 * time.Millisecond,
@@ -69,7 +69,7 @@ func TestE2EABrokerKilledWhileWritingLeavesNoDuplicateEventAndEveryKeyInOrder(t 
 				mu.Lock()
 				last[c.Key] = rv
 				mu.Unlock()
-				d.Enqueue(sinks.NewItem(c))
+				d.Enqueue(dispatch.NewItem(c))
 			}
 		}
 	}()

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
@@ -215,7 +216,7 @@ func healthSink(t testing.TB, name, addr string, log *slog.Logger) sinks.Sink {
 func idleHealthFollowsTheBroker(t *testing.T, addr string, down, up func(), within time.Duration) {
 	const name = "kafka-health"
 	var errs errorLog
-	d := sinks.NewDispatcher(name, healthSink(t, name, addr, errs.logger()), sinks.Options{Logger: errs.logger()})
+	d := dispatch.NewDispatcher(name, healthSink(t, name, addr, errs.logger()), dispatch.Options{Logger: errs.logger()})
 	d.Start()
 	closed := false
 	t.Cleanup(func() {
@@ -226,22 +227,22 @@ func idleHealthFollowsTheBroker(t *testing.T, addr string, down, up func(), with
 	gauge := func() float64 { return testutil.ToFloat64(metrics.SinkHealthy.WithLabelValues(name)) }
 	state := func() string { return fmt.Sprintf("health %s, kubewire_sink_healthy %v", d.Health(), gauge()) }
 	testkit.Within(t, within, "the sink to be healthy once connected", func() bool {
-		return d.Health() == sinks.HealthOK && gauge() == 1
+		return d.Health() == dispatch.HealthOK && gauge() == 1
 	}, state)
 	// One change, so that the sink has a topic, then nothing.
-	d.Enqueue(sinks.NewItem(sinktest.Change(informer.OpAdded, "team-a", "cm-1", 1)))
+	d.Enqueue(dispatch.NewItem(sinktest.Change(informer.OpAdded, "team-a", "cm-1", 1)))
 	testkit.Within(t, within, "the change to be delivered", func() bool { return d.Queued() == 0 }, state)
 
 	down()
 	start := time.Now()
 	testkit.Within(t, within, "the idle sink to be disconnected", func() bool {
-		return d.Health() == sinks.HealthDisconnected && gauge() == 0
+		return d.Health() == dispatch.HealthDisconnected && gauge() == 0
 	}, state)
 	t.Logf("disconnected %v after the broker went down", time.Since(start).Round(time.Millisecond))
 	up()
 	start = time.Now()
 	testkit.Within(t, within, "the idle sink to be healthy again", func() bool {
-		return d.Health() == sinks.HealthOK && gauge() == 1
+		return d.Health() == dispatch.HealthOK && gauge() == 1
 	}, state)
 	t.Logf("healthy %v after the broker was started again", time.Since(start).Round(time.Millisecond))
 

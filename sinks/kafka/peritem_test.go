@@ -13,6 +13,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
@@ -190,7 +191,7 @@ func TestThroughTheDispatcherOnlyTheEventsOfAFailingPartitionAreWrittenAgain(t *
 	failPartition(f, 1, func() bool { return refusals.Add(1) <= 2 })
 
 	rec := &recordingSink{Sink: s}
-	d := sinks.NewDispatcher("kafka-test", rec, sinks.Options{Shards: 1, BatchSize: 100,
+	d := dispatch.NewDispatcher("kafka-test", rec, dispatch.Options{Shards: 1, BatchSize: 100,
 		RetryInitial: time.Millisecond, RetryMax: 10 * time.Millisecond})
 	ok, bad := namesIn(t, 0, 2, 3, "ok-"), namesIn(t, 1, 2, 3, "bad-")
 	var want []*encoding.Event
@@ -198,7 +199,7 @@ func TestThroughTheDispatcherOnlyTheEventsOfAFailingPartitionAreWrittenAgain(t *
 		for i := range 3 {
 			for _, name := range []string{ok[i], bad[i]} {
 				c := sinktest.Change(informer.OpUpdated, "team-a", name, rv)
-				d.Enqueue(sinks.NewItem(c))
+				d.Enqueue(dispatch.NewItem(c))
 				want = append(want, mustEvent(t, c))
 			}
 		}

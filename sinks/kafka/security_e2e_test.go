@@ -14,6 +14,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
@@ -198,9 +199,9 @@ func TestE2ETLSAndSASLOnRealKafka(t *testing.T) {
 
 			// The way kubewire runs it: a dispatcher retries Connect, logs
 			// each failure, and reports the sink unhealthy.
-			d := sinks.NewDispatcher(name, s, sinks.Options{Logger: debugLogger(&logs), RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+			d := dispatch.NewDispatcher(name, s, dispatch.Options{Logger: debugLogger(&logs), RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
 			d.Start()
-			d.Enqueue(sinks.NewItem(sinktest.Change(informer.OpAdded, "team-a", "never", 1)))
+			d.Enqueue(dispatch.NewItem(sinktest.Change(informer.OpAdded, "team-a", "never", 1)))
 			testkit.Within(t, 30*time.Second, "two logged connect failures", func() bool {
 				return strings.Count(logs.String(), "sink connect failed") >= 2
 			}, logs.String)

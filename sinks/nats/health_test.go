@@ -8,9 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
-	"github.com/kubewire/kubewire/sinks"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestAnIdleSinkTurnsUnhealthyWhenTheServerGoesAwayAndHealthyWhenItReturns(t *testing.T) {
 	b := startBroker(t)
 	const name = "idle-health"
-	d := sinks.NewDispatcher(name, newSink(t, name, b.sinkConfig(kwnats.ModeCore)), sinks.Options{})
+	d := dispatch.NewDispatcher(name, newSink(t, name, b.sinkConfig(kwnats.ModeCore)), dispatch.Options{})
 	d.Start()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -30,16 +30,16 @@ func TestAnIdleSinkTurnsUnhealthyWhenTheServerGoesAwayAndHealthyWhenItReturns(t 
 	gauge := func() float64 { return testutil.ToFloat64(metrics.SinkHealthy.WithLabelValues(name)) }
 	var none error
 	testkit.Within(t, 20*time.Second, "the sink to be healthy once connected", func() bool {
-		return d.Health() == sinks.HealthOK && gauge() == 1
+		return d.Health() == dispatch.HealthOK && gauge() == 1
 	}, func() string { return fmt.Sprintf("last error: %v", none) })
 
 	b.Stop(t)
 	testkit.Within(t, 20*time.Second, "the sink to report disconnected with no write in between", func() bool {
-		return d.Health() == sinks.HealthDisconnected && !d.Healthy() && gauge() == 0
+		return d.Health() == dispatch.HealthDisconnected && !d.Healthy() && gauge() == 0
 	}, func() string { return fmt.Sprintf("last error: %v", none) })
 
 	b.Start(t)
 	testkit.Within(t, 20*time.Second, "the sink to be healthy again once the client reconnects", func() bool {
-		return d.Health() == sinks.HealthOK && gauge() == 1
+		return d.Health() == dispatch.HealthOK && gauge() == 1
 	}, func() string { return fmt.Sprintf("last error: %v", none) })
 }

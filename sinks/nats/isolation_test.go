@@ -8,11 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kubewire/kubewire/dispatch"
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
-	"github.com/kubewire/kubewire/sinks"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
@@ -37,16 +38,16 @@ func TestAResourceWithoutAStreamWaitsWhileTheOtherResourcesOfTheSinkGoOn(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := sinks.NewDispatcher("iso", s, sinks.Options{Lanes: 2, BufferEvents: 40, Shards: 4,
+	d := dispatch.NewDispatcher("iso", s, dispatch.Options{Lanes: 2, BufferEvents: 40, Shards: 4,
 		RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
-	if err := d.UseSpool(sinks.SpoolOptions{Dir: t.TempDir(), MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+	if err := d.UseSpool(spool.Options{Dir: t.TempDir(), MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
 		t.Fatal(err)
 	}
 	d.Start()
 	const perKey = 100
 	for rv := 1; rv <= perKey; rv++ {
-		d.Enqueue(sinks.NewItem(sinktest.Change(informer.OpUpdated, "team-a", "w0", rv)))
-		d.Enqueue(sinks.NewItem(sinktest.ClusterChange(informer.OpUpdated, "n0", rv)))
+		d.Enqueue(dispatch.NewItem(sinktest.Change(informer.OpUpdated, "team-a", "w0", rv)))
+		d.Enqueue(dispatch.NewItem(sinktest.ClusterChange(informer.OpUpdated, "n0", rv)))
 	}
 	testkit.Within(t, 20*time.Second, "every node event in its stream", func() bool {
 		info, err := nodes.Info(ctx)

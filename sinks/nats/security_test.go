@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
@@ -278,7 +279,7 @@ func TestTheSinkConnectsWithEachSecuredSetupAndAWrongSecretFailsWithoutShowingIt
 
 				// As kubewire runs it: the dispatcher retries, logs, and
 				// reports the sink unhealthy.
-				d := sinks.NewDispatcher(name, s, sinks.Options{
+				d := dispatch.NewDispatcher(name, s, dispatch.Options{
 					Logger:       slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 					RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 				})

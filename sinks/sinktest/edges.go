@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/sinks"
@@ -71,12 +72,12 @@ func refusal(t *testing.T, h Harness) {
 	}
 
 	s, read = h.New(t)
-	d := sinks.NewDispatcher("sinktest-refusal", checked(t, s), dispatchOptions(t))
+	d := dispatch.NewDispatcher("sinktest-refusal", checked(t, s), dispatchOptions(t))
 	d.Start()
 	next := &informer.Change{Op: informer.OpSnapshotCompleted, Resource: Resource, Key: Resource.KeyPrefix,
 		SnapshotID: "snap-after", Observed: observed}
-	d.Enqueue(sinks.NewItem(hugeMarker(h.OversizeBytes)))
-	d.Enqueue(sinks.NewItem(next))
+	d.Enqueue(dispatch.NewItem(hugeMarker(h.OversizeBytes)))
+	d.Enqueue(dispatch.NewItem(next))
 	if n := d.Close(ctx); n != 0 {
 		t.Fatalf("the dispatcher reported %d events undelivered; want the refused one dropped and the next delivered", n)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/sinks"
@@ -25,17 +26,17 @@ import (
 func Latency(b *testing.B, s sinks.Sink, rate int, d time.Duration) {
 	b.Helper()
 	tk := &timedSink{Sink: s, enqueued: map[string]time.Time{}}
-	disp := sinks.NewDispatcher("latency", tk, sinks.Options{
+	disp := dispatch.NewDispatcher("latency", tk, dispatch.Options{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	disp.Start()
 	filler := strings.Repeat("x", 10<<10)
 	n := rate * int(d/time.Second)
-	items := make([]*sinks.Item, n)
+	items := make([]*dispatch.Item, n)
 	for i := range items {
 		u := Object(nsOf(i), "obj-"+strconv.Itoa(i), i+1)
 		u.Object["spec"].(map[string]any)["filler"] = filler
-		items[i] = sinks.NewItem(ChangeOf(informer.OpUpdated, u))
+		items[i] = dispatch.NewItem(ChangeOf(informer.OpUpdated, u))
 		// Build the CloudEvent now: the measurement is of delivery, not of
 		// encoding (which has benchmarks of its own).
 		if _, err := items[i].Event(); err != nil {

@@ -1,7 +1,7 @@
 // Package sinktest is the conformance suite every sinks.Sink adapter must
 // pass against a real broker: it connects and closes cleanly, delivers a
 // batch over several keys with attributes and data intact, keeps each key's
-// order across many batches through a real sinks.Dispatcher, and delivers
+// order across many batches through a real dispatch.Dispatcher, and delivers
 // every event at least once, in per-key order, across a broker restart in the
 // middle of the stream. It also holds an adapter to the edges of the
 // contract: an event the broker refuses for good fails with
@@ -41,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/testkit"
@@ -226,14 +227,14 @@ func batch(t *testing.T, h Harness) {
 
 func order(t *testing.T, h Harness) {
 	s, read := h.New(t)
-	d := sinks.NewDispatcher("sinktest-order", checked(t, s), dispatchOptions(t))
+	d := dispatch.NewDispatcher("sinktest-order", checked(t, s), dispatchOptions(t))
 	d.Start()
 	const keys, perKey = 20, 25
 	var sent []*encoding.Event
 	for rv := 1; rv <= perKey; rv++ {
 		for k := range keys {
 			c := Change(informer.OpUpdated, nsOf(k), "cm-"+strconv.Itoa(k), rv)
-			d.Enqueue(sinks.NewItem(c))
+			d.Enqueue(dispatch.NewItem(c))
 			sent = append(sent, mustEvent(t, c))
 		}
 	}
@@ -248,7 +249,7 @@ func order(t *testing.T, h Harness) {
 
 func restart(t *testing.T, h Harness) {
 	s, read := h.New(t)
-	d := sinks.NewDispatcher("sinktest-restart", checked(t, s), dispatchOptions(t))
+	d := dispatch.NewDispatcher("sinktest-restart", checked(t, s), dispatchOptions(t))
 	d.Start()
 	const keys, perKey = 30, 40
 	var sent []*encoding.Event
@@ -256,7 +257,7 @@ func restart(t *testing.T, h Harness) {
 		for rv := from; rv <= to; rv++ {
 			for k := range keys {
 				c := Change(informer.OpUpdated, nsOf(k), "cm-"+strconv.Itoa(k), rv)
-				d.Enqueue(sinks.NewItem(c))
+				d.Enqueue(dispatch.NewItem(c))
 				sent = append(sent, mustEvent(t, c))
 			}
 		}
@@ -282,8 +283,8 @@ func restart(t *testing.T, h Harness) {
 
 // dispatchOptions makes a dispatcher that retries fast and writes small
 // batches, so every case crosses many batch boundaries.
-func dispatchOptions(t *testing.T) sinks.Options {
-	return sinks.Options{
+func dispatchOptions(t *testing.T) dispatch.Options {
+	return dispatch.Options{
 		Shards:       4,
 		BatchSize:    7,
 		RetryInitial: 10 * time.Millisecond,

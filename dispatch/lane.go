@@ -1,4 +1,4 @@
-package sinks
+package dispatch
 
 import (
 	"log/slog"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
@@ -78,7 +79,7 @@ func (d *Dispatcher) newLane(prefix string) *lane {
 	}
 	if d.spool != nil {
 		dir := filepath.Join(d.spool.Dir, laneDir(prefix))
-		if err := l.sp.open(l, SpoolOptions{Dir: dir, MaxBytes: d.spool.MaxBytes, Fsync: d.spool.Fsync}); err != nil {
+		if err := l.sp.open(l, spool.Options{Dir: dir, MaxBytes: d.spool.MaxBytes, Fsync: d.spool.Fsync}); err != nil {
 			// The base directory was writable at start; a sub-directory
 			// that is not is a broken disk. Conflate rather than stop.
 			metrics.SpoolErrors.WithLabelValues(d.name, "open").Inc()

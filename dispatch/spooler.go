@@ -1,4 +1,4 @@
-package sinks
+package dispatch
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
 )
@@ -28,7 +29,7 @@ const minInbox = 10000
 // only when inbox and disk are both empty, under the lock Enqueue takes
 // while active, so no event can slip past one that is still on its way.
 type spooler struct {
-	disk *diskSpool
+	disk *spool.Spool
 	log  *slog.Logger
 
 	mu     sync.Mutex
@@ -60,7 +61,7 @@ type spooler struct {
 // spool), one per resource under opt.Dir. Call it before Start. What a
 // previous process left in the spool is delivered before any event
 // enqueued now.
-func (d *Dispatcher) UseSpool(opt SpoolOptions) error {
+func (d *Dispatcher) UseSpool(opt spool.Options) error {
 	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
 		return fmt.Errorf("spool directory: %w", err)
 	}
@@ -106,8 +107,8 @@ func (d *Dispatcher) spoolGauges() {
 }
 
 // open gives the lane its spool in opt.Dir.
-func (sp *spooler) open(l *lane, opt SpoolOptions) error {
-	disk, err := openSpool(opt, l.log, &l.d.spoolBytes)
+func (sp *spooler) open(l *lane, opt spool.Options) error {
+	disk, err := spool.Open(opt, l.log, &l.d.spoolBytes)
 	if err != nil {
 		return err
 	}
@@ -117,7 +118,7 @@ func (sp *spooler) open(l *lane, opt SpoolOptions) error {
 	sp.room = make(chan struct{}, 1)
 	sp.freed = make(chan struct{}, 1)
 	sp.feedCtx, sp.stopFeed = context.WithCancel(context.Background())
-	if n := disk.depth(); n > 0 {
+	if n := disk.Depth(); n > 0 {
 		sp.active.Store(true)
 		l.d.spoolEvents.Add(n)
 		l.log.Info("spool holds events from an earlier run; delivering them before new ones", "events", n, "dir", opt.Dir)
@@ -141,7 +142,7 @@ func (sp *spooler) offer(l *lane, it *Item) bool {
 		}
 		sp.active.Store(true)
 		l.log.Info("spooling events to disk in order: the buffer is full or the sink is failing", "bufferEvents", l.maxEvents,
-			"queued", l.queued.Load(), "failing", l.failing.Load(), "spoolDir", sp.disk.opt.Dir)
+			"queued", l.queued.Load(), "failing", l.failing.Load(), "spoolDir", sp.disk.Dir())
 	}
 	if it.Change.IsMarker() {
 		sp.inbox.pushBarrier(&barrier{item: it})
@@ -151,7 +152,7 @@ func (sp *spooler) offer(l *lane, it *Item) bool {
 	}
 	// The inbox is bounded too: a disk that fails, or one far slower than
 	// the changes, conflates rather than filling memory.
-	full := sp.disk.full() || sp.broken.Load() || sp.pending.Load() >= int64(max(d.opt.BufferEvents, minInbox))
+	full := sp.disk.Full() || sp.broken.Load() || sp.pending.Load() >= int64(max(d.opt.BufferEvents, minInbox))
 	if appended, _ := sp.inbox.push(it, full); appended {
 		sp.pending.Add(1)
 		d.spoolEvents.Add(1)
@@ -186,7 +187,7 @@ func (sp *spooler) write(l *lane) {
 	for {
 		// At shutdown the reader has stopped, so waiting for room would
 		// wait forever; the bound is overshot by what the inbox holds.
-		for sp.disk.full() && !closing() {
+		for sp.disk.Full() && !closing() {
 			d.mSpoolFull.Set(1)
 			// The bound is shared by the sink's lanes and another lane's
 			// reader may free the room, so look again now and then.
@@ -207,7 +208,7 @@ func (sp *spooler) write(l *lane) {
 			return // closed and empty
 		}
 		for i, e := range buf {
-			if sp.disk.full() && !closing() {
+			if sp.disk.Full() && !closing() {
 				// Leave the rest in the inbox, where later changes of the
 				// same objects can still be folded into them.
 				sp.inbox.unshift(buf[i:])
@@ -244,7 +245,7 @@ func (sp *spooler) write(l *lane) {
 func (sp *spooler) put(d *Dispatcher, rec []byte, closing func() bool) bool {
 	b := d.newBackoff()
 	for attempt := 1; ; attempt++ {
-		err := sp.disk.put(rec)
+		err := sp.disk.Put(rec)
 		if err == nil {
 			if sp.broken.Swap(false) {
 				sp.log.Info("spool writes succeed again", "attempts", attempt)
@@ -254,14 +255,14 @@ func (sp *spooler) put(d *Dispatcher, rec []byte, closing func() bool) bool {
 		if closing() {
 			// Shutdown must end; the event is counted as lost.
 			metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
-			sp.log.Error("shutdown: cannot write to the spool; the event is lost", "dir", sp.disk.opt.Dir, "err", err)
+			sp.log.Error("shutdown: cannot write to the spool; the event is lost", "dir", sp.disk.Dir(), "err", err)
 			return false
 		}
 		sp.broken.Store(true)
 		metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
 		if attempt == 1 || attempt%10 == 0 {
 			sp.log.Error("cannot write to the spool; retrying, and conflating new changes meanwhile",
-				"dir", sp.disk.opt.Dir, "attempt", attempt, "err", err)
+				"dir", sp.disk.Dir(), "attempt", attempt, "err", err)
 		}
 		b.wait(context.Background())
 	}
@@ -289,12 +290,12 @@ func (sp *spooler) feed(l *lane) {
 		sp.mu.Lock()
 		// pending before depth: an entry leaves pending only once it is on
 		// disk, so reading them in this order cannot miss one in between.
-		if sp.active.Load() && sp.pending.Load() == 0 && sp.disk.depth() == 0 {
+		if sp.active.Load() && sp.pending.Load() == 0 && sp.disk.Depth() == 0 {
 			sp.active.Store(false)
 			sp.log.Info("spool drained; events go straight to the sink again")
 		}
 		sp.mu.Unlock()
-		raw, err := sp.disk.next(sp.feedCtx)
+		raw, err := sp.disk.Next(sp.feedCtx)
 		if err != nil {
 			return
 		}
@@ -361,7 +362,7 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 		recs = append(recs, appendSpoolRecord(nil, e, ev))
 	}
 	start := time.Now()
-	if err := sp.disk.prepend(recs); err != nil {
+	if err := sp.disk.Prepend(recs); err != nil {
 		metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
 		sp.log.Error("shutdown: cannot spool the events still in memory", "events", len(recs), "err", err)
 		lost += len(recs)
@@ -369,13 +370,13 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 		sp.log.Info("shutdown: spooled the events still in memory; they are delivered first on the next start",
 			"events", len(recs), "took", time.Since(start).Round(time.Millisecond))
 	}
-	depth := sp.disk.depth()
-	if err := sp.disk.close(); err != nil {
+	depth := sp.disk.Depth()
+	if err := sp.disk.Close(); err != nil {
 		metrics.SpoolErrors.WithLabelValues(d.name, "close").Inc()
 		sp.log.Error("shutdown: closing the spool", "err", err)
 	}
 	if depth > 0 {
-		sp.log.Info("shutdown: spool kept for the next start", "events", depth, "dir", sp.disk.opt.Dir)
+		sp.log.Info("shutdown: spool kept for the next start", "events", depth, "dir", sp.disk.Dir())
 	}
 	return lost
 }

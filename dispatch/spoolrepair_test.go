@@ -1,4 +1,4 @@
-package sinks_test
+package dispatch_test
 
 import (
 	"context"
@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // A process killed before its spool's metadata was synced leaves data files
@@ -18,14 +19,14 @@ import (
 // record, and know exactly when it has read the last one.
 func TestASpoolLeftByAKilledProcessIsReadWhole(t *testing.T) {
 	dir := t.TempDir()
-	killed, err := sinks.OpenTestSpool(sinks.SpoolOptions{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncNever})
+	killed, err := dispatch.OpenTestSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncNever})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const n = 50
 	var size int64
 	for rv := 1; rv <= n; rv++ {
-		rec, err := sinks.SpoolRecord(sinks.NewItem(change(informer.OpUpdated, "cm0", rv)))
+		rec, err := dispatch.SpoolRecord(dispatch.NewItem(change(informer.OpUpdated, "cm0", rv)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +51,7 @@ func TestASpoolLeftByAKilledProcessIsReadWhole(t *testing.T) {
 	f.Write([]byte{0, 0, 1, 0, 'x'})
 	f.Close()
 
-	s, err := sinks.OpenTestSpool(sinks.SpoolOptions{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval})
+	s, err := dispatch.OpenTestSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,6 @@
-package sinks
+// Package spool is the durable FIFO under a dispatcher's overflow: records
+// on disk, in order, bounded in bytes, kept across restarts.
+package spool
 
 import (
 	"context"
@@ -15,8 +17,8 @@ import (
 	"github.com/kubewire/kubewire/internal/config"
 )
 
-// SpoolOptions configure a sink's disk spool.
-type SpoolOptions struct {
+// Options configure a sink's disk spool.
+type Options struct {
 	// Dir holds this sink's spool, and nothing else.
 	Dir string
 	// MaxBytes bounds the spool; at the bound new changes are conflated in
@@ -40,7 +42,7 @@ const (
 	firstGen = int64(1) << 40
 )
 
-// diskSpool is a FIFO of records on disk. It is a list of segments, each a
+// Spool is a FIFO of records on disk. It is a list of segments, each a
 // go-diskqueue queue, read oldest generation first. New records go to the
 // newest segment. At shutdown, events that were still in memory are older
 // than everything on disk; they are written to a new segment that sorts
@@ -49,8 +51,8 @@ const (
 // go-diskqueue gives us files that roll and are deleted once read, read-ahead
 // and a sync policy; what it does not have is a size bound, which we keep
 // here by counting the bytes of unread records.
-type diskSpool struct {
-	opt SpoolOptions
+type Spool struct {
+	opt Options
 	log *slog.Logger
 	// bytes counts unread record bytes, shared by the spools of one sink so
 	// that MaxBytes bounds them together.
@@ -68,13 +70,13 @@ type segment struct {
 	q   diskqueue.Interface
 }
 
-// openSpool opens (or creates) the spool in opt.Dir, with whatever a
+// Open opens (or creates) the spool in opt.Dir, with whatever a
 // previous process left there.
-func openSpool(opt SpoolOptions, log *slog.Logger, bytes *atomic.Int64) (*diskSpool, error) {
+func Open(opt Options, log *slog.Logger, bytes *atomic.Int64) (*Spool, error) {
 	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool directory: %w", err)
 	}
-	s := &diskSpool{opt: opt, log: log, ready: make(chan struct{}), bytes: bytes}
+	s := &Spool{opt: opt, log: log, ready: make(chan struct{}), bytes: bytes}
 	gens, err := segmentNames(opt.Dir)
 	if err != nil {
 		return nil, err
@@ -93,7 +95,7 @@ func openSpool(opt SpoolOptions, log *slog.Logger, bytes *atomic.Int64) (*diskSp
 	return s, nil
 }
 
-func (s *diskSpool) newSegment(gen int64) *segment {
+func (s *Spool) newSegment(gen int64) *segment {
 	every, interval := int64(1), time.Second
 	switch s.opt.Fsync {
 	case config.FsyncAlways:
@@ -114,11 +116,14 @@ func (s *diskSpool) newSegment(gen int64) *segment {
 	return &segment{gen: gen, q: diskqueue.New(name, s.opt.Dir, spoolFileBytes, 1, spoolMaxRecord, every, interval, logf)}
 }
 
-// full reports whether the spool has reached its bound.
-func (s *diskSpool) full() bool { return s.bytes.Load() >= s.opt.MaxBytes }
+// Dir is the directory the spool lives in.
+func (s *Spool) Dir() string { return s.opt.Dir }
 
-// put appends rec at the tail.
-func (s *diskSpool) put(rec []byte) error {
+// Full reports whether the spool has reached its bound.
+func (s *Spool) Full() bool { return s.bytes.Load() >= s.opt.MaxBytes }
+
+// Put appends rec at the tail.
+func (s *Spool) Put(rec []byte) error {
 	s.mu.Lock()
 	if len(s.segs) == 0 {
 		s.segs = append(s.segs, s.newSegment(firstGen))
@@ -133,8 +138,8 @@ func (s *diskSpool) put(rec []byte) error {
 	return nil
 }
 
-// depth is the number of unread records.
-func (s *diskSpool) depth() int64 {
+// Depth is the number of unread records.
+func (s *Spool) Depth() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var n int64
@@ -144,9 +149,9 @@ func (s *diskSpool) depth() int64 {
 	return n
 }
 
-// next returns the oldest unread record, waiting for one until ctx ends.
-// A record is gone from the spool once next has returned it.
-func (s *diskSpool) next(ctx context.Context) ([]byte, error) {
+// Next returns the oldest unread record, waiting for one until ctx ends.
+// A record is gone from the spool once Next has returned it.
+func (s *Spool) Next(ctx context.Context) ([]byte, error) {
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
@@ -178,9 +183,9 @@ func (s *diskSpool) next(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// prepend writes recs as a new segment read before every other one. It is
+// Prepend writes recs as a new segment read before every other one. It is
 // for shutdown, when nothing reads or writes the spool any more.
-func (s *diskSpool) prepend(recs [][]byte) error {
+func (s *Spool) Prepend(recs [][]byte) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -203,8 +208,8 @@ func (s *diskSpool) prepend(recs [][]byte) error {
 	return errors.Join(errs...)
 }
 
-// close syncs and closes every segment.
-func (s *diskSpool) close() error {
+// Close syncs and closes every segment.
+func (s *Spool) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error

@@ -1,4 +1,7 @@
-package sinks
+// Package dispatch is kubewire's delivery engine: one Dispatcher per sink
+// owns per-key order, retries, buffering, the disk spool and snapshot
+// barriers, so that adapters only talk to their broker.
+package dispatch
 
 import (
 	"context"
@@ -9,7 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/sinks"
 )
 
 // Options tune a Dispatcher. Zero values take the documented defaults.
@@ -74,14 +79,14 @@ func (o *Options) defaults() {
 // about one entry per object however long the broker is away.
 type Dispatcher struct {
 	name string
-	sink Sink
+	sink sinks.Sink
 	opt  Options
 	log  *slog.Logger
 
 	lanesMu sync.RWMutex
 	lanes   map[string]*lane // by resource key prefix
 	started bool
-	spool   *SpoolOptions
+	spool   *spool.Options
 	// spoolBytes bounds the spools of all lanes together.
 	spoolBytes  atomic.Int64
 	spoolEvents atomic.Int64
@@ -125,7 +130,7 @@ type Dispatcher struct {
 
 // NewDispatcher returns a dispatcher for sink. Call Start before Enqueue has
 // any effect on the broker, and Close to drain.
-func NewDispatcher(name string, sink Sink, opt Options) *Dispatcher {
+func NewDispatcher(name string, sink sinks.Sink, opt Options) *Dispatcher {
 	opt.defaults()
 	d := &Dispatcher{
 		name:      name,
@@ -141,7 +146,7 @@ func NewDispatcher(name string, sink Sink, opt Options) *Dispatcher {
 	d.work, d.cancelWork = context.WithCancel(context.Background())
 	d.lanes = map[string]*lane{}
 	metrics.SinkHealthy.WithLabelValues(name).Set(0)
-	if cn, ok := sink.(ConnectionNotifier); ok {
+	if cn, ok := sink.(sinks.ConnectionNotifier); ok {
 		cn.NotifyConnection(d.setLinkUp)
 	}
 	return d

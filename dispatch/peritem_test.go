@@ -1,4 +1,4 @@
-package sinks_test
+package dispatch_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
@@ -24,8 +25,8 @@ import (
 
 // oneBatch makes a dispatcher that writes everything it holds in one
 // batch, so a test can fail some events of a batch and not others.
-func oneBatch() sinks.Options {
-	return sinks.Options{Shards: 1, BatchSize: 100, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond}
+func oneBatch() dispatch.Options {
+	return dispatch.Options{Shards: 1, BatchSize: 100, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond}
 }
 
 func idsOf(evs []*encoding.Event) string {
@@ -39,9 +40,9 @@ func idsOf(evs []*encoding.Event) string {
 // started enqueues changes before it starts d, so that its first write
 // holds them all: a test can then fail some events of a batch and not
 // others.
-func started(d *sinks.Dispatcher, changes ...*informer.Change) *sinks.Dispatcher {
+func started(d *dispatch.Dispatcher, changes ...*informer.Change) *dispatch.Dispatcher {
 	for _, c := range changes {
-		d.Enqueue(sinks.NewItem(c))
+		d.Enqueue(dispatch.NewItem(c))
 	}
 	d.Start()
 	return d
@@ -63,7 +64,7 @@ func TestOnlyTheEventsThatFailedAreWrittenAgainInTheirOrder(t *testing.T) {
 		return nil
 	})
 	before := metrics.Sum("kubewire_events_published_total", map[string]string{"sink": "only-failed"})
-	d := started(sinks.NewDispatcher("only-failed", s, oneBatch()),
+	d := started(dispatch.NewDispatcher("only-failed", s, oneBatch()),
 		change(informer.OpAdded, "a", 1), change(informer.OpAdded, "b", 1), change(informer.OpAdded, "c", 1),
 		change(informer.OpUpdated, "b", 2), change(informer.OpUpdated, "a", 2))
 	if n := d.Close(context.Background()); n != 0 {
@@ -89,7 +90,7 @@ func TestARefusedEventIsDroppedWithoutWritingItsBatchAgainOneByOne(t *testing.T)
 	s.RefuseIf(func(ev *encoding.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
 	refused := map[string]string{"sink": "refuse-once", "reason": "refused"}
 	before := metrics.Sum("kubewire_events_failed_total", refused)
-	d := started(sinks.NewDispatcher("refuse-once", s, oneBatch()), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "huge", 1), change(informer.OpAdded, "huge", 2),
+	d := started(dispatch.NewDispatcher("refuse-once", s, oneBatch()), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "huge", 1), change(informer.OpAdded, "huge", 2),
 		change(informer.OpAdded, "b", 1))
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
@@ -121,12 +122,12 @@ func TestEveryChangeArrivesOnceAndInKeyOrderWhileEventsFailOneByOneAtRandom(t *t
 		}
 		return nil
 	})
-	d := sinks.NewDispatcher("random-items", s, fastOptions())
+	d := dispatch.NewDispatcher("random-items", s, fastOptions())
 	d.Start()
 	const keys, perKey = 30, 40
 	for rv := 1; rv <= perKey; rv++ {
 		for k := range keys {
-			d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+			d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
 		}
 	}
 	if n := d.Close(context.Background()); n != 0 {
@@ -179,7 +180,7 @@ func TestALaterEventAcknowledgedPastAFailedOneOfItsKeyIsWrittenAgainAfterIt(t *t
 	logs := &testkit.Buffer{}
 	opt := oneBatch()
 	opt.Logger = slogTo(logs)
-	d := started(sinks.NewDispatcher("overtaken", o, opt), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "b", 1), change(informer.OpUpdated, "b", 2))
+	d := started(dispatch.NewDispatcher("overtaken", o, opt), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "b", 1), change(informer.OpUpdated, "b", 2))
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
@@ -208,10 +209,10 @@ func TestWhileSomeEventsOfABatchFailTheSinkIsFailingAndOnlyThoseAreUndelivered(t
 		}
 		return nil
 	})
-	d := started(sinks.NewDispatcher("partial-health", s, oneBatch()), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "stuck", 1), change(informer.OpAdded, "b", 1),
+	d := started(dispatch.NewDispatcher("partial-health", s, oneBatch()), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "stuck", 1), change(informer.OpAdded, "b", 1),
 		change(informer.OpUpdated, "stuck", 2))
 	testkit.Eventually(t, "a and b acknowledged", func() bool { return len(s.Events()) == 2 })
-	testkit.Eventually(t, "the sink reported failing", func() bool { return d.Health() == sinks.HealthFailing })
+	testkit.Eventually(t, "the sink reported failing", func() bool { return d.Health() == dispatch.HealthFailing })
 	blocked := map[string]string{"sink": "partial-health", "resource": res.KeyPrefix}
 	if got := metrics.Sum("kubewire_resource_blocked", blocked); got != 1 {
 		t.Errorf("kubewire_resource_blocked = %v while events of the resource fail, want 1", got)
@@ -236,10 +237,10 @@ func TestTheSinkIsHealthyAgainOnceTheFailedEventsOfABatchAreAcknowledged(t *test
 		}
 		return nil
 	})
-	d := started(sinks.NewDispatcher("partial-healthy-again", s, oneBatch()), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "stuck", 1))
-	testkit.Eventually(t, "the sink reported failing", func() bool { return d.Health() == sinks.HealthFailing })
+	d := started(dispatch.NewDispatcher("partial-healthy-again", s, oneBatch()), change(informer.OpAdded, "a", 1), change(informer.OpAdded, "stuck", 1))
+	testkit.Eventually(t, "the sink reported failing", func() bool { return d.Health() == dispatch.HealthFailing })
 	stuck.Store(false)
-	testkit.Eventually(t, "the sink healthy again", func() bool { return d.Health() == sinks.HealthOK })
+	testkit.Eventually(t, "the sink healthy again", func() bool { return d.Health() == dispatch.HealthOK })
 	if got := metrics.Sum("kubewire_resource_blocked", map[string]string{"sink": "partial-healthy-again", "resource": res.KeyPrefix}); got != 0 {
 		t.Errorf("kubewire_resource_blocked = %v after the writes succeeded, want 0", got)
 	}
@@ -261,7 +262,7 @@ func TestARecordRefusedInABatchMarksItsSnapshotIncompleteAndTheOthersArrive(t *t
 		c.SnapshotID = "s1"
 		return c
 	}
-	d := started(sinks.NewDispatcher("refused-in-batch", s, oneBatch()), marker(informer.OpSnapshotStarted, "s1", 0), synced("a"), synced("huge"), synced("b"),
+	d := started(dispatch.NewDispatcher("refused-in-batch", s, oneBatch()), marker(informer.OpSnapshotStarted, "s1", 0), synced("a"), synced("huge"), synced("b"),
 		marker(informer.OpSnapshotCompleted, "s1", 3))
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
@@ -296,7 +297,7 @@ func TestABatchErrorOverTheWrongNumberOfEventsDropsNothingAndIsWrittenAgain(t *t
 	m := &miscounting{}
 	refused := map[string]string{"sink": "miscounting", "reason": "refused"}
 	before := metrics.Sum("kubewire_events_failed_total", refused)
-	d := started(sinks.NewDispatcher("miscounting", m, oneBatch()),
+	d := started(dispatch.NewDispatcher("miscounting", m, oneBatch()),
 		change(informer.OpAdded, "a", 1), change(informer.OpAdded, "b", 1), change(informer.OpAdded, "c", 1))
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)

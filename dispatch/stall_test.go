@@ -1,4 +1,4 @@
-package sinks_test
+package dispatch_test
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/internal/testkit/memsink"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // unreachable is a sink whose broker never answers.
@@ -30,11 +30,11 @@ func TestCloseReturnsAtOnceWhenNothingIsQueuedEvenIfTheBrokerIsDown(t *testing.T
 		{"With a spool.", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var d *sinks.Dispatcher
+			var d *dispatch.Dispatcher
 			if tc.spool {
 				d = spooled(t, "down", brokerDown(), t.TempDir(), 1<<30)
 			} else {
-				d = sinks.NewDispatcher("down", &unreachable{}, fastOptions())
+				d = dispatch.NewDispatcher("down", &unreachable{}, fastOptions())
 			}
 			d.Start()
 			// The drain deadline a SIGTERM gives: 30 s by default.
@@ -56,9 +56,9 @@ func TestACleanCloseLogsNothingAtError(t *testing.T) {
 	opt := fastOptions()
 	opt.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rec := &memsink.Sink{}
-	d := sinks.NewDispatcher("clean", rec, opt)
+	d := dispatch.NewDispatcher("clean", rec, opt)
 	d.Start()
-	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "cm", 1)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "cm", 1)))
 	testkit.Eventually(t, "the event", func() bool { return len(rec.Events()) == 1 })
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)

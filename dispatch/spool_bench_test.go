@@ -1,14 +1,15 @@
-package sinks_test
+package dispatch_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // BenchmarkSpool measures the disk spool alone, for each fsync policy: write
@@ -19,14 +20,14 @@ func BenchmarkSpool(b *testing.B) {
 	k := benchdata.ConfigMaps
 	r := informer.NewResource("bench", k.GVR, k.Kind, k.Namespaced)
 	u := k.Cached(benchdata.DefaultSeed, 0, 2)
-	it := sinks.NewItem(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: informer.FromUnstructured(u), Observed: time.Now()})
-	rec, err := sinks.SpoolRecord(it)
+	it := dispatch.NewItem(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: informer.FromUnstructured(u), Observed: time.Now()})
+	rec, err := dispatch.SpoolRecord(it)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, fsync := range []string{config.FsyncAlways, config.FsyncInterval, config.FsyncNever} {
-		open := func(b *testing.B) *sinks.TestSpool {
-			s, err := sinks.OpenTestSpool(sinks.SpoolOptions{Dir: b.TempDir(), MaxBytes: 1 << 40, Fsync: fsync})
+		open := func(b *testing.B) *dispatch.TestSpool {
+			s, err := dispatch.OpenTestSpool(spool.Options{Dir: b.TempDir(), MaxBytes: 1 << 40, Fsync: fsync})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -38,7 +39,7 @@ func BenchmarkSpool(b *testing.B) {
 			b.SetBytes(int64(len(rec)))
 			b.ReportAllocs()
 			for b.Loop() {
-				rec, err := sinks.SpoolRecord(it)
+				rec, err := dispatch.SpoolRecord(it)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package sinks_test
+package dispatch_test
 
 import (
 	"context"
@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/benchdata"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // discardSink acknowledges every write at once and closes done when the
@@ -40,16 +40,16 @@ func BenchmarkDispatch(b *testing.B) {
 	const objects = 1000
 	k := benchdata.ConfigMaps
 	r := informer.NewResource("bench", k.GVR, k.Kind, k.Namespaced)
-	items := make([]*sinks.Item, objects)
+	items := make([]*dispatch.Item, objects)
 	for i := range items {
 		u := k.Cached(benchdata.DefaultSeed, i, 2)
-		items[i] = sinks.NewItem(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: informer.FromUnstructured(u), Observed: time.Now()})
+		items[i] = dispatch.NewItem(&informer.Change{Op: informer.OpUpdated, Resource: r, Key: r.ObjectKey(u.GetNamespace(), u.GetName()), Object: informer.FromUnstructured(u), Observed: time.Now()})
 		if _, err := items[i].Event(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	sink := &discardSink{target: int64(b.N), done: make(chan struct{})}
-	d := sinks.NewDispatcher("bench", sink, sinks.Options{BufferEvents: b.N + 1, Logger: slog.New(slog.DiscardHandler)})
+	d := dispatch.NewDispatcher("bench", sink, dispatch.Options{BufferEvents: b.N + 1, Logger: slog.New(slog.DiscardHandler)})
 	d.Start()
 	defer d.Close(context.Background())
 	b.ReportAllocs()

@@ -1,4 +1,4 @@
-package sinks
+package spool
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package sinks_test
+package dispatch_test
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/internal/testkit/memsink"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 var res = informer.NewResource("test", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
@@ -45,8 +45,8 @@ func brokerDown() *memsink.Sink {
 	return s
 }
 
-func fastOptions() sinks.Options {
-	return sinks.Options{Shards: 4, BatchSize: 7, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond}
+func fastOptions() dispatch.Options {
+	return dispatch.Options{Shards: 4, BatchSize: 7, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond}
 }
 
 func rvOf(ev *encoding.Event) int {
@@ -59,12 +59,12 @@ func key(ev *encoding.Event) string { return ev.Extensions()[encoding.ExtPartiti
 func TestEachObjectsEventsArriveInOrderWhileTheSinkFailsAtRandom(t *testing.T) {
 	rec := &memsink.Sink{}
 	rec.FailRate(0.3)
-	d := sinks.NewDispatcher("order", rec, fastOptions())
+	d := dispatch.NewDispatcher("order", rec, fastOptions())
 	d.Start()
 	const keys, perKey = 40, 50
 	for rv := 1; rv <= perKey; rv++ {
 		for k := range keys {
-			d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+			d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
 		}
 	}
 	if n := d.Close(context.Background()); n != 0 {
@@ -91,20 +91,20 @@ func TestEachObjectsEventsArriveInOrderWhileTheSinkFailsAtRandom(t *testing.T) {
 func TestSnapshotMarkersFrameTheirRecordsAcrossAllShards(t *testing.T) {
 	rec := &memsink.Sink{}
 	rec.FailRate(0.2)
-	d := sinks.NewDispatcher("snap", rec, fastOptions())
+	d := dispatch.NewDispatcher("snap", rec, fastOptions())
 	d.Start()
 	for i := range 20 {
-		d.Enqueue(sinks.NewItem(change(informer.OpAdded, "before"+strconv.Itoa(i), 1)))
+		d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "before"+strconv.Itoa(i), 1)))
 	}
-	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
 	for i := range 30 {
 		c := change(informer.OpSynced, "rec"+strconv.Itoa(i), 2)
 		c.SnapshotID = "s1"
-		d.Enqueue(sinks.NewItem(c))
+		d.Enqueue(dispatch.NewItem(c))
 	}
-	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 30)))
+	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotCompleted, "s1", 30)))
 	for i := range 20 {
-		d.Enqueue(sinks.NewItem(change(informer.OpAdded, "after"+strconv.Itoa(i), 3)))
+		d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "after"+strconv.Itoa(i), 3)))
 	}
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
@@ -141,18 +141,18 @@ func TestAFullBufferConflatesPerObjectAndNeverFoldsADelete(t *testing.T) {
 	rec := brokerDown()
 	opt := fastOptions()
 	opt.BufferEvents = 10
-	d := sinks.NewDispatcher("conflate", rec, opt)
+	d := dispatch.NewDispatcher("conflate", rec, opt)
 	d.Start()
 	const keys, perKey = 5, 400
 	for rv := 1; rv <= perKey; rv++ {
 		for k := range keys {
-			d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+			d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
 		}
 	}
 	// A delete followed by a re-creation of one object must both survive.
-	d.Enqueue(sinks.NewItem(change(informer.OpDeleted, "cm0", perKey+1)))
-	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "cm0", perKey+2)))
-	d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm0", perKey+3)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpDeleted, "cm0", perKey+1)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "cm0", perKey+2)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm0", perKey+3)))
 
 	// While the broker is down, the queue holds about one entry per object
 	// (plus what a shard had already taken), not every change.
@@ -202,10 +202,10 @@ func TestAFullBufferConflatesPerObjectAndNeverFoldsADelete(t *testing.T) {
 
 func TestClosingWithABrokerDownReportsWhatWasNotDelivered(t *testing.T) {
 	rec := brokerDown()
-	d := sinks.NewDispatcher("down", rec, fastOptions())
+	d := dispatch.NewDispatcher("down", rec, fastOptions())
 	d.Start()
 	for i := range 25 {
-		d.Enqueue(sinks.NewItem(change(informer.OpAdded, "cm"+strconv.Itoa(i), 1)))
+		d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "cm"+strconv.Itoa(i), 1)))
 	}
 	testkit.Eventually(t, "a failed write", func() bool { return rec.Writes() > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -221,12 +221,12 @@ func TestClosingWithABrokerDownReportsWhatWasNotDelivered(t *testing.T) {
 func TestAPermanentlyRefusedEventIsCountedAndDoesNotStallItsShard(t *testing.T) {
 	rec := &memsink.Sink{}
 	rec.RefuseIf(func(ev *encoding.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
-	d := sinks.NewDispatcher("refuse", rec, fastOptions())
+	d := dispatch.NewDispatcher("refuse", rec, fastOptions())
 	d.Start()
 	before := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "refuse", "reason": "refused"})
-	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "a", 1)))
-	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "huge", 1)))
-	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "b", 1)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "a", 1)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "huge", 1)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "b", 1)))
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
@@ -254,12 +254,12 @@ func TestTheByteLimitConflatesLikeTheEventLimitAndTheGaugeReturnsToZero(t *testi
 	opt := fastOptions()
 	opt.BufferEvents = 100000 // only the byte limit can be reached
 	opt.BufferBytes = 8 << 10
-	d := sinks.NewDispatcher("bytes", rec, opt)
+	d := dispatch.NewDispatcher("bytes", rec, opt)
 	d.Start()
 	const keys, perKey = 5, 300
 	for rv := 1; rv <= perKey; rv++ {
 		for k := range keys {
-			d.Enqueue(sinks.NewItem(rawChange(t, "cm"+strconv.Itoa(k), rv)))
+			d.Enqueue(dispatch.NewItem(rawChange(t, "cm"+strconv.Itoa(k), rv)))
 		}
 	}
 	// Each change carries about 1.1 KB: without the byte limit 1,500 events

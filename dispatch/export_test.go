@@ -1,4 +1,4 @@
-package sinks
+package dispatch
 
 import (
 	"context"
@@ -6,16 +6,21 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/encoding"
 )
 
 // TestSpool is the disk spool with the dispatcher's record format, for the
 // spool benchmarks.
-type TestSpool struct{ s *diskSpool }
+type TestSpool struct {
+	s     *spool.Spool
+	bytes *atomic.Int64
+}
 
-func OpenTestSpool(opt SpoolOptions) (*TestSpool, error) {
-	s, err := openSpool(opt, slog.New(slog.NewTextHandler(io.Discard, nil)), new(atomic.Int64))
-	return &TestSpool{s}, err
+func OpenTestSpool(opt spool.Options) (*TestSpool, error) {
+	bytes := new(atomic.Int64)
+	s, err := spool.Open(opt, slog.New(slog.NewTextHandler(io.Discard, nil)), bytes)
+	return &TestSpool{s, bytes}, err
 }
 
 // SpoolRecord encodes it as the dispatcher spools it.
@@ -27,11 +32,11 @@ func SpoolRecord(it *Item) ([]byte, error) {
 	return appendSpoolRecord(nil, &entry{item: it, key: it.Change.Key, size: it.bytes()}, ev), nil
 }
 
-func (t *TestSpool) Put(rec []byte) error { return t.s.put(rec) }
+func (t *TestSpool) Put(rec []byte) error { return t.s.Put(rec) }
 
 // Next reads the oldest record and decodes it back into its event.
 func (t *TestSpool) Next(ctx context.Context) (*encoding.Event, error) {
-	b, err := t.s.next(ctx)
+	b, err := t.s.Next(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -42,10 +47,10 @@ func (t *TestSpool) Next(ctx context.Context) (*encoding.Event, error) {
 	return r.event, nil
 }
 
-func (t *TestSpool) Close() error { return t.s.close() }
+func (t *TestSpool) Close() error { return t.s.Close() }
 
 // Depth is the number of unread records.
-func (t *TestSpool) Depth() int64 { return t.s.depth() }
+func (t *TestSpool) Depth() int64 { return t.s.Depth() }
 
 // Bytes is what the spool counts against MaxBytes.
-func (t *TestSpool) Bytes() int64 { return t.s.bytes.Load() }
+func (t *TestSpool) Bytes() int64 { return t.bytes.Load() }

@@ -1,4 +1,4 @@
-package sinks
+package dispatch
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/sinks"
 )
 
 // deliver writes batch until the sink has acknowledged each of its events
@@ -115,7 +116,7 @@ type outcome struct{ acked int }
 // written again after the earlier one, so that the key ends at its newest
 // change.
 func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, err error) ([]*entry, []*encoding.Event, outcome) {
-	var be *BatchError
+	var be *sinks.BatchError
 	if errors.As(err, &be) && be.Len() != len(events) {
 		l.log.Error("sink reported the outcome of a different number of events than it was given; retrying them all",
 			"events", len(events), "outcomes", be.Len(), "err", err)
@@ -141,9 +142,9 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, e
 			}
 			l.log.Error("sink acknowledged an event after an earlier event of its key failed; writing it again after that one",
 				"id", ev.ID(), "partitionkey", e.key)
-			ierr = ErrNotSent
+			ierr = sinks.ErrNotSent
 		}
-		permanent := errors.Is(ierr, ErrPermanent)
+		permanent := errors.Is(ierr, sinks.ErrPermanent)
 		if permanent && !ending {
 			d.refused(ev, e.item.Change, ierr)
 			continue

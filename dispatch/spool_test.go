@@ -1,4 +1,4 @@
-package sinks_test
+package dispatch_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewire/kubewire/dispatch"
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
@@ -17,15 +19,14 @@ import (
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/internal/testkit/memsink"
 	"github.com/kubewire/kubewire/internal/verify"
-	"github.com/kubewire/kubewire/sinks"
 )
 
-func spooled(t *testing.T, name string, rec *memsink.Sink, dir string, maxBytes int64) *sinks.Dispatcher {
+func spooled(t *testing.T, name string, rec *memsink.Sink, dir string, maxBytes int64) *dispatch.Dispatcher {
 	t.Helper()
 	opt := fastOptions()
 	opt.BufferEvents = 10
-	d := sinks.NewDispatcher(name, rec, opt)
-	if err := d.UseSpool(sinks.SpoolOptions{Dir: dir, MaxBytes: maxBytes, Fsync: config.FsyncInterval}); err != nil {
+	d := dispatch.NewDispatcher(name, rec, opt)
+	if err := d.UseSpool(spool.Options{Dir: dir, MaxBytes: maxBytes, Fsync: config.FsyncInterval}); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -71,13 +72,13 @@ func TestWithASpoolAFullBufferKeepsEveryChangeInOrder(t *testing.T) {
 	const keys, perKey = 5, 400
 	for rv := 1; rv <= perKey; rv++ {
 		if rv == perKey/2 {
-			d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+			d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
 		}
 		for k := range keys {
-			d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+			d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
 		}
 		if rv == perKey/2 {
-			d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 0)))
+			d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotCompleted, "s1", 0)))
 		}
 	}
 	// Memory holds the buffer and what the shards took; the rest is on disk.
@@ -134,7 +135,7 @@ func TestASpoolLeftAtShutdownIsDeliveredBeforeNewEventsOnTheNextStart(t *testing
 	const keys = 4
 	for rv := 1; rv <= 300; rv++ {
 		for k := range keys {
-			d1.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+			d1.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -153,7 +154,7 @@ func TestASpoolLeftAtShutdownIsDeliveredBeforeNewEventsOnTheNextStart(t *testing
 	d2.Start()
 	for rv := 301; rv <= 310; rv++ {
 		for k := range keys {
-			d2.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+			d2.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
 		}
 	}
 	testkit.Eventually(t, "the spooled and the new changes", func() bool { return len(up.Events()) >= keys*310 })
@@ -172,7 +173,7 @@ func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
 	enqueue := func(from, to int) {
 		for rv := from; rv <= to; rv++ {
 			for k := range keys {
-				d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
+				d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(k), rv)))
 			}
 		}
 	}
@@ -215,20 +216,20 @@ func TestAFullSpoolConflatesAndSaysSo(t *testing.T) {
 func TestACompletedMarkerSaysHowManyOfItsRecordsWereDropped(t *testing.T) {
 	rec := &memsink.Sink{}
 	rec.RefuseIf(func(ev *encoding.Event) bool { return key(ev) == res.ObjectKey("ns", "huge") })
-	d := sinks.NewDispatcher("incomplete", rec, fastOptions())
+	d := dispatch.NewDispatcher("incomplete", rec, fastOptions())
 	d.Start()
-	synced := func(name string) *sinks.Item {
+	synced := func(name string) *dispatch.Item {
 		c := change(informer.OpSynced, name, 1)
 		c.SnapshotID = "s1"
-		return sinks.NewItem(c)
+		return dispatch.NewItem(c)
 	}
-	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
 	d.Enqueue(synced("a"))
 	d.Enqueue(synced("huge"))
 	d.Enqueue(synced("b"))
-	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 3)))
-	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s2", 0)))
-	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s2", 0)))
+	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotCompleted, "s1", 3)))
+	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotStarted, "s2", 0)))
+	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotCompleted, "s2", 0)))
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
@@ -255,23 +256,23 @@ func TestAResourceWhoseWritesFailWaitsWithoutHoldingBackTheOthers(t *testing.T) 
 	})
 	opt := fastOptions()
 	opt.BufferEvents, opt.Lanes = 20, 2
-	d := sinks.NewDispatcher("isolate", rec, opt)
-	if err := d.UseSpool(sinks.SpoolOptions{Dir: t.TempDir(), MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+	d := dispatch.NewDispatcher("isolate", rec, opt)
+	if err := d.UseSpool(spool.Options{Dir: t.TempDir(), MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
 		t.Fatal(err)
 	}
 	d.Start()
-	otherChange := func(name string, rv int) *sinks.Item {
+	otherChange := func(name string, rv int) *dispatch.Item {
 		c := change(informer.OpUpdated, name, rv)
 		c.Resource, c.Key = other, other.ObjectKey("ns", name)
-		return sinks.NewItem(c)
+		return dispatch.NewItem(c)
 	}
 	const perKey = 200
 	for rv := 1; rv <= perKey; rv++ {
 		d.Enqueue(otherChange("w0", rv))
-		d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm0", rv)))
+		d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm0", rv)))
 		if rv == perKey/2 {
-			d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
-			d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 0)))
+			d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+			d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotCompleted, "s1", 0)))
 		}
 	}
 	// The healthy resource's changes and its snapshot all arrive while the
@@ -327,20 +328,20 @@ func TestARefusedSnapshotRecordDoesNotMakeTheConsumerDeleteTheLiveObject(t *test
 	rec.RefuseIf(func(ev *encoding.Event) bool {
 		return key(ev) == res.ObjectKey("ns", "huge") && ev.Type() == encoding.TypeSynced
 	})
-	d := sinks.NewDispatcher("refused-record", rec, fastOptions())
+	d := dispatch.NewDispatcher("refused-record", rec, fastOptions())
 	d.Start()
-	synced := func(id, name string) *sinks.Item {
+	synced := func(id, name string) *dispatch.Item {
 		c := change(informer.OpSynced, name, 1)
 		c.SnapshotID = id
-		return sinks.NewItem(c)
+		return dispatch.NewItem(c)
 	}
 	// The object was added live, then a snapshot lists it again.
-	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "huge", 1)))
-	d.Enqueue(sinks.NewItem(change(informer.OpAdded, "small", 1)))
-	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "huge", 1)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "small", 1)))
+	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
 	d.Enqueue(synced("s1", "huge"))
 	d.Enqueue(synced("s1", "small"))
-	d.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 2)))
+	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotCompleted, "s1", 2)))
 	if n := d.Close(context.Background()); n != 0 {
 		t.Fatalf("undelivered: %d", n)
 	}
@@ -366,15 +367,15 @@ func TestAnIncompleteCountSurvivesARestartWithItsMarkerStillSpooled(t *testing.T
 	refusedBefore := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "incomplete-restart", "reason": "refused"})
 	d1 := spooled(t, "incomplete-restart", rec, dir, 1<<30)
 	d1.Start()
-	synced := func(name string) *sinks.Item {
+	synced := func(name string) *dispatch.Item {
 		c := change(informer.OpSynced, name, 1)
 		c.SnapshotID = "s1"
-		return sinks.NewItem(c)
+		return dispatch.NewItem(c)
 	}
-	d1.Enqueue(sinks.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+	d1.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
 	d1.Enqueue(synced("huge"))
 	d1.Enqueue(synced("small"))
-	d1.Enqueue(sinks.NewItem(marker(informer.OpSnapshotCompleted, "s1", 2)))
+	d1.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotCompleted, "s1", 2)))
 	testkit.Eventually(t, "the refusal", func() bool {
 		return metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "incomplete-restart", "reason": "refused"}) == refusedBefore+1
 	})
@@ -413,7 +414,7 @@ func TestShutdownWithTheBrokerDownSpoolsAtOnceInsteadOfWaitingOutTheDeadline(t *
 	d := spooled(t, "stall", down, dir, 1<<30)
 	d.Start()
 	for i := range 5 {
-		d.Enqueue(sinks.NewItem(change(informer.OpAdded, "cm"+strconv.Itoa(i), 1)))
+		d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "cm"+strconv.Itoa(i), 1)))
 	}
 	testkit.Eventually(t, "a failed write", func() bool { return down.Writes() > 0 })
 	closed := make(chan int)
@@ -437,17 +438,17 @@ func TestASinkThatReportsItsConnectionLostSpoolsAtOnceAndResumesWhenItIsBack(t *
 	rec := &memsink.Sink{}
 	opt := fastOptions()
 	opt.BufferEvents = 1000
-	d := sinks.NewDispatcher("link", rec, opt)
-	if err := d.UseSpool(sinks.SpoolOptions{Dir: t.TempDir(), MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+	d := dispatch.NewDispatcher("link", rec, opt)
+	if err := d.UseSpool(spool.Options{Dir: t.TempDir(), MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
 		t.Fatal(err)
 	}
 	d.Start()
-	d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm0", 1)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm0", 1)))
 	testkit.Eventually(t, "the first event", func() bool { return len(rec.Events()) == 1 })
 	writtenBefore := metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "link"})
 	rec.SetConnected(false)
 	for rv := 2; rv <= 50; rv++ {
-		d.Enqueue(sinks.NewItem(change(informer.OpUpdated, "cm0", rv)))
+		d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm0", rv)))
 	}
 	// Nothing waits in memory, where a crash would lose it: with room for
 	// 1,000 events, all 49 went to disk.
