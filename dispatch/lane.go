@@ -79,7 +79,7 @@ func (d *Dispatcher) newLane(prefix string) *lane {
 	}
 	if d.spool != nil {
 		dir := filepath.Join(d.spool.Dir, laneDir(prefix))
-		if err := l.sp.open(l, spool.Options{Dir: dir, MaxBytes: d.spool.MaxBytes, Fsync: d.spool.Fsync}); err != nil {
+		if err := l.sp.open(l, spool.Options{Dir: dir, MaxBytes: d.spool.MaxBytes, Fsync: d.spool.Fsync, OnCorrupt: d.spoolCorrupt}); err != nil {
 			// The base directory was writable at start; a sub-directory
 			// that is not is a broken disk. Conflate rather than stop.
 			metrics.SpoolErrors.WithLabelValues(d.name, "open").Inc()

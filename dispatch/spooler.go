@@ -96,6 +96,11 @@ func (d *Dispatcher) UseSpool(opt spool.Options) error {
 	return nil
 }
 
+// spoolCorrupt counts a spool data file given up as unreadable.
+func (d *Dispatcher) spoolCorrupt() {
+	metrics.SpoolErrors.WithLabelValues(d.name, "corrupt").Inc()
+}
+
 func (d *Dispatcher) spoolGauges() {
 	d.mSpoolBytes.Set(float64(d.spoolBytes.Load()))
 	d.mSpoolEvents.Set(float64(d.spoolEvents.Load()))

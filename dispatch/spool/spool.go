@@ -27,13 +27,18 @@ type Options struct {
 	// Fsync is config.FsyncAlways, config.FsyncInterval (default) or
 	// config.FsyncNever.
 	Fsync string
+	// OnCorrupt, if set, is called once for each data file the spool gave
+	// up as unreadable (and removed), so the caller can count it.
+	OnCorrupt func()
 }
 
 const (
-	// spoolFileBytes is the size at which a segment rolls to its next file;
-	// a file is deleted once it has been read, so a draining spool gives
-	// disk back in steps of this size.
-	spoolFileBytes = 64 << 20
+	// MinBytes is the smallest MaxBytes the config accepts.
+	MinBytes = config.MinSpoolBytes
+	// minFileBytes and maxFileBytes bound the size of one data file (see
+	// FileBytes).
+	minFileBytes = 64 << 10
+	maxFileBytes = 64 << 20
 	// spoolMaxRecord bounds one record: larger than any object the
 	// apiserver serves (etcd's limit is 1.5 MiB) by a wide margin.
 	spoolMaxRecord = 256 << 20
@@ -41,6 +46,18 @@ const (
 	// written at shutdown take lower numbers, so they are read first.
 	firstGen = int64(1) << 40
 )
+
+// FileBytes is the size at which a segment of a spool bounded by maxBytes
+// rolls to its next data file. A file is deleted only once it has been read
+// to its end, so while a spool drains, the part of its head file already read
+// is on disk but no longer counted against maxBytes: the disk a spool uses is
+// bounded by maxBytes plus one file. A sixty-fourth of maxBytes keeps that
+// overshoot small (a fixed 64 MiB file once let a 2 MiB spool use 64 MiB),
+// and within the quarter the chart adds to its emptyDir while up to 16
+// resources drain at once.
+func FileBytes(maxBytes int64) int64 {
+	return min(max(maxBytes/64, minFileBytes), maxFileBytes)
+}
 
 // Spool is a FIFO of records on disk. It is a list of segments, each a
 // go-diskqueue queue, read oldest generation first. New records go to the
@@ -68,6 +85,9 @@ type Spool struct {
 type segment struct {
 	gen int64
 	q   diskqueue.Interface
+	// readEnd is set, on the queue's own goroutine, when its last read
+	// error was the end of a file read whole (see logf).
+	readEnd bool
 }
 
 // Open opens (or creates) the spool in opt.Dir, with whatever a
@@ -77,6 +97,7 @@ func Open(opt Options, log *slog.Logger, bytes *atomic.Int64) (*Spool, error) {
 		return nil, fmt.Errorf("spool directory: %w", err)
 	}
 	s := &Spool{opt: opt, log: log, ready: make(chan struct{}), bytes: bytes}
+	s.removeBad()
 	gens, err := segmentNames(opt.Dir)
 	if err != nil {
 		return nil, err
@@ -104,16 +125,10 @@ func (s *Spool) newSegment(gen int64) *segment {
 	default:
 		every = 1 << 62
 	}
-	logf := func(lvl diskqueue.LogLevel, f string, args ...any) {
-		switch lvl {
-		case diskqueue.ERROR, diskqueue.FATAL:
-			s.log.Error("spool: "+fmt.Sprintf(f, args...), "dir", s.opt.Dir)
-		case diskqueue.WARN:
-			s.log.Warn("spool: "+fmt.Sprintf(f, args...), "dir", s.opt.Dir)
-		}
-	}
 	name := fmt.Sprintf("seg-%d", gen)
-	return &segment{gen: gen, q: diskqueue.New(name, s.opt.Dir, spoolFileBytes, 1, spoolMaxRecord, every, interval, logf)}
+	g := &segment{gen: gen}
+	g.q = diskqueue.New(name, s.opt.Dir, FileBytes(s.opt.MaxBytes), 1, spoolMaxRecord, every, interval, g.logf(s))
+	return g
 }
 
 // Dir is the directory the spool lives in.

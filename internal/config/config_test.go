@@ -116,6 +116,16 @@ func TestBadConfigsAreRejectedWithPathValueAndExpectation(t *testing.T) {
 			want: []string{`kind: Unsupported value: "Configuration"`, `supported values: "Config"`},
 		},
 		{
+			name: "A spool smaller than the documented minimum is rejected with the minimum.",
+			yaml: edit("    type: stdout\n", "    type: stdout\n    spool: {maxBytes: 2097152}\n"),
+			want: []string{"sinks[0].spool.maxBytes: Invalid value: 2097152", "at least 4194304 (4 MiB)"},
+		},
+		{
+			name: "A spool of one byte is rejected.",
+			yaml: edit("    type: stdout\n", "    type: stdout\n    spool: {maxBytes: 1}\n"),
+			want: []string{"sinks[0].spool.maxBytes: Invalid value: 1", "at least 4194304"},
+		},
+		{
 			name: "A missing cluster is required and explained.",
 			yaml: edit("cluster: demo\n", ""),
 			want: []string{"cluster: Required value", "DNS-1123 label"},

@@ -15,8 +15,11 @@ const (
 	DefaultBufferEvents = 10000
 	// DefaultBufferBytes keeps the memory of a few sinks well inside the
 	// chart's 512Mi limit; the spool takes the rest.
-	DefaultBufferBytes      = 32 << 20
-	DefaultSpoolMaxBytes    = 1 << 30
+	DefaultBufferBytes   = 32 << 20
+	DefaultSpoolMaxBytes = 1 << 30
+	// MinSpoolBytes is the smallest spool.maxBytes: room for a couple of
+	// the largest objects the apiserver serves (etcd's limit is 1.5 MiB).
+	MinSpoolBytes           = 4 << 20
 	DefaultSpoolDir         = "/var/lib/kubewire/spool"
 	DefaultBatchSize        = 100
 	MaxBatchSize            = 10000

@@ -114,8 +114,9 @@ func validateOverflow(p *field.Path, s *Sink) field.ErrorList {
 		errs = append(errs, field.NotSupported(p.Child("overflow"), s.Overflow, overflowPolicies))
 	}
 	sp := p.Child("spool")
-	if s.Spool.MaxBytes <= 0 {
-		errs = append(errs, field.Invalid(sp.Child("maxBytes"), s.Spool.MaxBytes, "must be greater than 0 (bytes of disk)"))
+	if s.Spool.MaxBytes < MinSpoolBytes {
+		errs = append(errs, field.Invalid(sp.Child("maxBytes"), s.Spool.MaxBytes,
+			fmt.Sprintf("must be at least %d (4 MiB): a spool must hold a couple of the largest objects the apiserver serves", MinSpoolBytes)))
 	}
 	if !slices.Contains(fsyncPolicies, s.Spool.Fsync) {
 		errs = append(errs, field.NotSupported(sp.Child("fsync"), s.Spool.Fsync, fsyncPolicies))
