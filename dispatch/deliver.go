@@ -59,6 +59,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 		err := d.sink.Write(d.work, events)
 		d.mPublish.Observe(time.Since(start).Seconds())
 		if err == nil {
+			d.acked.Store(true)
 			d.setHealthy(true)
 			l.blocked(false)
 			now := time.Now()
@@ -73,6 +74,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 			// The broker answered every event: whatever it refused, the
 			// resource's writes are not failing.
 			if o.acked > 0 {
+				d.acked.Store(true)
 				d.setHealthy(true)
 			}
 			l.blocked(false)

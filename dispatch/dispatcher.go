@@ -114,6 +114,12 @@ type Dispatcher struct {
 	// linkDown what a ConnectionNotifier sink reports.
 	everConnected, writesOK, linkDown atomic.Bool
 	healthMu                          sync.Mutex
+	// connectFailed is set while the last Connect attempt failed and none
+	// has succeeded: a sink that never connected is as failing as one
+	// whose writes fail. acked is set once the sink acknowledged a write
+	// since this start; until then a spool is not read back into memory
+	// beyond one event to try the broker with (see spooler.feed).
+	connectFailed, acked atomic.Bool
 
 	// Per-sink children of the metric vectors, looked up once rather than
 	// per event.
@@ -178,6 +184,7 @@ func (d *Dispatcher) connect() {
 	b := d.newBackoff()
 	for attempt := 1; ; attempt++ {
 		err := d.sink.Connect(d.work)
+		d.connectFailed.Store(err != nil)
 		if err == nil {
 			d.setHealthy(true)
 			close(d.connected)
@@ -274,7 +281,7 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 // events is one whose writes are failing.
 func (d *Dispatcher) onlyFailingLanesHoldEvents(lanes []*lane) bool {
 	for _, l := range lanes {
-		if l.queued.Load() > 0 && !l.failing.Load() {
+		if l.queued.Load() > 0 && !l.failing.Load() && !d.connectFailed.Load() {
 			return false
 		}
 	}

@@ -134,13 +134,14 @@ func (l *lane) enqueue(it *Item) {
 }
 
 // full reports whether the lane's share of the memory buffer is used up.
-// With a spool, a lane whose writes fail, or whose sink has reported its
-// connection lost, counts as full too: what arrives during an outage then
-// goes to disk at once instead of filling memory first, so a crash during
-// the outage loses only what was queued when it began.
+// With a spool, a lane whose writes fail, whose sink has reported its
+// connection lost, or whose sink could not connect at all, counts as full
+// too: what arrives during an outage then goes to disk at once instead of
+// filling memory first, so a crash during the outage loses only what was
+// queued when it began.
 func (l *lane) full() bool {
 	return l.queued.Load() >= l.maxEvents || l.maxBytes > 0 && l.queuedBytes.Load() >= l.maxBytes ||
-		l.sp.disk != nil && (l.failing.Load() || l.d.linkDown.Load())
+		l.sp.disk != nil && (l.failing.Load() || l.d.linkDown.Load() || l.d.connectFailed.Load())
 }
 
 // enqueueMemory queues it in its shard, folding it into a queued change of

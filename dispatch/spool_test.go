@@ -2,6 +2,9 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -466,6 +469,87 @@ func TestASinkThatReportsItsConnectionLostSpoolsAtOnceAndResumesWhenItIsBack(t *
 	for i, ev := range rec.Events() {
 		if rvOf(ev) != i+1 {
 			t.Fatalf("event %d has rv %d", i, rvOf(ev))
+		}
+	}
+}
+
+// A sink whose broker could not be reached when kubewire started is as
+// failing as one whose writes fail: what arrives goes to disk at once, where
+// a kill cannot take it, and a shutdown does not wait out its deadline for a
+// broker that never answered.
+func TestASinkThatNeverConnectedSpoolsAtOnceAndShutdownDoesNotWaitForIt(t *testing.T) {
+	dir := t.TempDir()
+	opt := fastOptions()
+	opt.BufferEvents = 1000
+	refused := errors.New("dial tcp: connection refused")
+	opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	never := &memsink.Sink{}
+	never.RefuseConnect(refused)
+	d := dispatch.NewDispatcher("never", never, opt)
+	if err := d.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	d.Start()
+	testkit.Eventually(t, "a failed connect", func() bool { return never.Connects() > 0 })
+	writtenBefore := metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "never"})
+	const n = 100
+	for i := range n {
+		d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "cm"+strconv.Itoa(i%10), i+1)))
+	}
+	testkit.Eventually(t, "every event on disk", func() bool {
+		return metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "never"})-writtenBefore == n
+	})
+	if q := d.Queued(); q != 0 {
+		t.Errorf("%d events held in memory, where a kill loses them, while the sink never connected", q)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if u := d.Close(ctx); u != 0 {
+		t.Fatalf("Close reported %d events neither delivered nor spooled", u)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close took %s, waiting for a broker that never answered", took)
+	}
+
+	// Restarted into the same outage: the spool stays on disk.
+	still := &memsink.Sink{}
+	still.RefuseConnect(refused)
+	d2 := dispatch.NewDispatcher("never", still, opt)
+	if err := d2.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	d2.Start()
+	testkit.Eventually(t, "three failed connects", func() bool { return still.Connects() >= 3 })
+	if q := d2.Queued(); q != 0 {
+		t.Errorf("a restart into the outage pulled %d spooled events back into memory", q)
+	}
+	d2.Close(ctx)
+
+	// Connected, but every write fails: at most one event is read back
+	// from disk to try the broker with, until it acknowledges something.
+	down := brokerDown()
+	d3 := dispatch.NewDispatcher("never", down, opt)
+	if err := d3.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	d3.Start()
+	testkit.Eventually(t, "three failed writes", func() bool { return down.Writes() >= 3 })
+	if q := d3.Queued(); q > 1 {
+		t.Errorf("%d spooled events were read back into memory before the broker acknowledged anything", q)
+	}
+	down.SetDown(false)
+	testkit.Eventually(t, "every event once the broker is back", func() bool { return len(down.Events()) == n })
+	if u := d3.Close(ctx); u != 0 {
+		t.Fatalf("undelivered: %d", u)
+	}
+	last := map[string]int{}
+	for _, ev := range down.Events() {
+		if rv := rvOf(ev); rv <= last[key(ev)] {
+			t.Fatalf("%s: rv %d after rv %d", key(ev), rv, last[key(ev)])
+		} else {
+			last[key(ev)] = rv
 		}
 	}
 }

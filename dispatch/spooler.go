@@ -278,7 +278,11 @@ func (sp *spooler) put(d *Dispatcher, rec []byte, closing func() bool) bool {
 func (sp *spooler) feed(l *lane) {
 	d := l.d
 	for {
-		for l.full() {
+		// Nothing leaves the disk before the sink has connected, and until
+		// the broker has acknowledged a write since this start, one event
+		// at a time: a restart into an outage must not move the spool into
+		// memory, where the next kill loses it.
+		for l.full() || !d.everConnected.Load() || !d.acked.Load() && l.queued.Load() > 0 {
 			// Room comes with a write acknowledged, or with the sink's
 			// connection back while memory is empty and nothing is being
 			// written; look again now and then for the latter.

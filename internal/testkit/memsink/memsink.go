@@ -47,6 +47,10 @@ type Sink struct {
 	failEach func(*encoding.Event) error
 	blocked  chan struct{}
 	up       func(bool)
+	// noConnect, while set, is what Connect returns; connects counts the
+	// calls.
+	noConnect error
+	connects  int
 }
 
 var (
@@ -54,8 +58,24 @@ var (
 	_ sinks.ConnectionNotifier = (*Sink)(nil)
 )
 
-// Connect succeeds.
-func (s *Sink) Connect(context.Context) error { return nil }
+// Connect succeeds, unless RefuseConnect set an error.
+func (s *Sink) Connect(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.connects++
+	return s.noConnect
+}
+
+// RefuseConnect makes Connect fail with err, as a broker that cannot be
+// reached does; nil lets it succeed again.
+func (s *Sink) RefuseConnect(err error) { s.set(func() { s.noConnect = err }) }
+
+// Connects is the number of Connect calls so far.
+func (s *Sink) Connects() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.connects
+}
 
 // Close marks the sink closed: later writes fail with ErrClosed. Closing
 // twice is harmless.
