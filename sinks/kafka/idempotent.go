@@ -42,19 +42,39 @@ import (
 // another is a duplicate, and the loop never has more than one sequence
 // range in doubt. Records that a resent batch got acknowledged are not sent
 // again when the dispatcher's retry of their Write reaches the loop (the
-// retry starts with them, see partition.skipResolved). A batch whose every
-// copy the broker refused outright (not the leader, say) is in no doubt: it
-// is dropped, and its sequence goes to the next batch.
+// retry starts with them, see partition.skipResolved).
+//
+// In doubt is the default: an answer moves the sequence on only if it says
+// for certain that the broker did not append the batch and never will (see
+// produceClasses). NOT_LEADER_OR_FOLLOWER is not such an answer: with
+// acks=all, a leader that loses its leadership while it waits for its
+// followers answers it after the append. Had the batch been dropped, the
+// next batch would take its sequence, the broker would take that batch for
+// a copy of the one it holds, drop it and answer success: a silent loss.
+// A batch whose every copy the broker refused before appending, at least
+// one of them for good (too large, invalid, not authorised), is in no
+// doubt: it is dropped, and its sequence goes to the next batch.
 //
 // The loop moves to a new epoch, at sequence 0, only when a pending batch
-// cannot go out unchanged: the broker refused it as too large after an
-// earlier copy's fate was unknown (it goes out split), or it refused its
-// sequence (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID: the broker
-// holds something other than what it acknowledged, which can mean it lost
-// records). The new epoch fences every stale copy of the old one (KIP-360
-// lets an idempotent producer bump its epoch itself). Each partition owning
-// its producer id keeps an epoch bump on one partition from fencing the
-// others.
+// cannot go out unchanged: the broker refused it for good (too large, say:
+// it goes out split) after an earlier copy's fate was unknown, or it
+// refused its sequence (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID:
+// the broker holds something other than what it acknowledged, which can
+// mean it lost records). The new epoch fences every stale copy of the old
+// one (KIP-360 lets an idempotent producer bump its epoch itself). Each
+// partition owning its producer id keeps an epoch bump on one partition
+// from fencing the others.
+//
+// A pending batch goes out again only when the loop sends its next request,
+// that is when a Write reaches it (the dispatcher's retry, with its
+// backoff, or a newer Write), so it never spins. Each copy goes to the
+// partition's leader as kafka-go's transport knows it: Client.RawProduce
+// looks the leader up in the transport's cached metadata for every request.
+// kafka-go does not refresh that cache when a broker answers
+// NOT_LEADER_OR_FOLLOWER, but refreshes it at random within every
+// MetadataTTL (two seconds, see newTransport) and keeps the last good one
+// while a refresh fails, so after a leader change the copies reach the new
+// leader within about MetadataTTL.
 //
 // kafka-go writes -1 (no producer) into every record batch it encodes and
 // has no idempotent producer, so the batch is encoded by kafka-go, the
@@ -256,9 +276,9 @@ func batchSize(recs []kafkago.Record) int {
 
 // pending is a stamped batch whose outcome the partition does not know: no
 // answer came, or the broker answered with an error that leaves it free to
-// have appended the batch (see refused), or refused a copy while one sent
-// earlier may still be in its queue. It is resent unchanged until the
-// broker says what became of it.
+// have appended the batch, or asked for it to be retried (see
+// produceClasses). It is resent unchanged until the broker says what
+// became of it.
 type pending struct {
 	records []record
 	// raw is the batch as sent. A recycled batch keeps its array here,
@@ -267,7 +287,8 @@ type pending struct {
 	// sends counts the copies sent so far.
 	sends int
 	// doubt is set once a copy got no answer, or one that allows the batch
-	// to be in the log. Until then every copy was refused outright.
+	// to be in the log. Until then every copy was refused before the
+	// broker appended it.
 	doubt bool
 	// unanswered is set once a call to send a copy returned without the
 	// broker's answer (a deadline, a broken connection). kafka-go may then
@@ -276,22 +297,101 @@ type pending struct {
 	unanswered bool
 }
 
-// refused reports whether err is the broker's answer for a batch it did not
-// append: it checks a batch before it appends it, and answers those errors
-// then. Request timed out (acks=all gave up waiting for the replicas after
-// the leader appended), not enough replicas after append, a storage error
-// and an unknown error leave the batch possibly in the log, as does no
-// answer at all.
-func refused(err error) bool {
+// produceClass is what a produce answer says about the batch it answers.
+type produceClass int
+
+const (
+	// inDoubt: the broker may have appended the batch, or may still append
+	// a copy of it. The zero value: whatever is not known for certain to
+	// have been refused is in doubt.
+	inDoubt produceClass = iota
+	// retriable: the broker refused the batch before appending it, for a
+	// reason that may pass; the same bytes may be taken later.
+	retriable
+	// refusedForGood: the broker refused the batch before appending it,
+	// and will refuse the same bytes again.
+	refusedForGood
+	// producerState: the broker refused the producer id, epoch or
+	// sequence; sendPending handles each of these on its own.
+	producerState
+)
+
+// produceClasses sorts the error codes of a ProduceResponse partition. It is
+// kubewire's own reading of the Kafka protocol guide (the error code table,
+// https://kafka.apache.org/protocol#protocol_error_codes, and the errors
+// that ProduceResponse documents), checked against where the broker raises
+// each one, before or after its append, and against two producers read as
+// references: the Java client (Sender and TransactionManager: a batch
+// answered with a retriable error goes out again with its sequence, one
+// that expired in flight leaves its sequence unresolved, and an idempotent
+// batch failed for good moves the partition to a new epoch) and franz-go
+// (kgo/sink.go: REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND make
+// a batch "unsure if produced", which is then retried past the retry
+// limit). Both retry NOT_LEADER_OR_FOLLOWER with the same sequence too.
+//
+// A code that is not here, an error that is no broker answer (a timeout, a
+// broken connection) and an answer that kubewire does not know are in
+// doubt. DUPLICATE_SEQUENCE_NUMBER is not here either: roundTrip takes it
+// for success, since the broker holds the batch from an earlier copy.
+var produceClasses = map[kafkago.Error]produceClass{
+	// The broker checks the request and the batch before it appends: the
+	// size, the checksum and the records' validity, the timestamps, the
+	// acks, the principal's rights. A batch refused for any of these is
+	// not in the log and never will be as it is. CORRUPT_MESSAGE can come
+	// from damage on the wire, which the Java client retries; the
+	// dispatcher's retry sends the records again in a new batch, which
+	// covers that too.
+	kafkago.MessageSizeTooLarge:                refusedForGood,
+	kafkago.RecordListTooLarge:                 refusedForGood,
+	kafkago.InvalidMessage:                     refusedForGood, // CORRUPT_MESSAGE
+	kafkago.InvalidRecord:                      refusedForGood,
+	kafkago.InvalidTimestamp:                   refusedForGood,
+	kafkago.InvalidRequiredAcks:                refusedForGood,
+	kafkago.InvalidTopic:                       refusedForGood, // an internal topic, say
+	kafkago.UnsupportedForMessageFormat:        refusedForGood,
+	kafkago.UnsupportedCompressionType:         refusedForGood,
+	kafkago.TopicAuthorizationFailed:           refusedForGood,
+	kafkago.ClusterAuthorizationFailed:         refusedForGood,
+	kafkago.TransactionalIDAuthorizationFailed: refusedForGood,
+
+	// Refused before the append, but the same bytes may be taken later: the
+	// leader had too few in-sync replicas when it checked (after the
+	// append it answers NOT_ENOUGH_REPLICAS_AFTER_APPEND instead), or does
+	// not host the partition (yet, or any more: a partition deleted while a
+	// copy waited for its followers takes that copy with it).
+	kafkago.NotEnoughReplicas:       retriable,
+	kafkago.UnknownTopicOrPartition: retriable,
+
+	// Listed for the reader; a missing code is in doubt all the same.
+	// NOT_LEADER_OR_FOLLOWER and KAFKA_STORAGE_ERROR can be answered after
+	// the append (a leadership lost, a log directory failed while the
+	// request waited for its followers); the others say nothing about
+	// whether the batch was appended.
+	kafkago.NotLeaderForPartition:        inDoubt,
+	kafkago.NotEnoughReplicasAfterAppend: inDoubt,
+	kafkago.RequestTimedOut:              inDoubt,
+	kafkago.KafkaStorageError:            inDoubt,
+	kafkago.LeaderNotAvailable:           inDoubt,
+	kafkago.BrokerNotAvailable:           inDoubt,
+	kafkago.NetworkException:             inDoubt,
+	kafkago.FencedLeaderEpoch:            inDoubt,
+	kafkago.Unknown:                      inDoubt,
+
+	kafkago.OutOfOrderSequenceNumber: producerState,
+	kafkago.UnknownProducerId:        producerState,
+	kafkago.InvalidProducerEpoch:     producerState,
+	kafkago.ProducerFenced:           producerState,
+	kafkago.InvalidProducerIDMapping: producerState,
+}
+
+// classify returns the class of a failed produce request's error (see
+// produceClasses).
+func classify(err error) produceClass {
 	var ke kafkago.Error
 	if !errors.As(err, &ke) {
-		return false
+		return inDoubt
 	}
-	switch ke {
-	case kafkago.RequestTimedOut, kafkago.NotEnoughReplicasAfterAppend, kafkago.KafkaStorageError, kafkago.Unknown:
-		return false
-	}
-	return true
+	return produceClasses[ke]
 }
 
 // recordKey names a record within one partition: the event it stands for
@@ -447,27 +547,46 @@ func (p *partition) sendPending() error {
 			"topic", p.topic, "partition", p.id, "producerId", p.producer.id, "epoch", p.producer.epoch, "err", err)
 		p.pending = nil
 		p.producer = producer{}
-	case !refused(err):
-		// No answer, or one that allows the batch to be in the log: it
-		// stays pending.
-		pd.doubt = true
-	case !pd.doubt:
-		// Every copy was refused outright, so none is in the log or on its
-		// way there. The batch is dropped, and its sequence goes to the
-		// next one; the Writes' retry sends its records again (split, if
-		// they were too large).
-		p.pending = nil
-	case isTooLarge(err):
-		// Its records must go out split, in other batches, while an
-		// earlier copy's fate is unknown: those batches get a new epoch,
-		// which fences that copy.
-		p.pending = nil
-		p.producer.failed()
+	default:
+		switch classify(err) {
+		case refusedForGood:
+			p.giveUp(err)
+		case retriable:
+			// Refused before the append, for now: it stays pending, and
+			// whether an earlier copy may be in the log is as it was.
+		default:
+			// No answer, or one that allows the batch to be in the log: it
+			// stays pending, and goes out again unchanged.
+			pd.doubt = true
+		}
 	}
-	// A refusal of this copy while an earlier one's fate is unknown leaves
-	// the batch pending too.
 	if p.pending == nil {
 		p.recycle(pd)
 	}
 	return err
+}
+
+// giveUp drops the pending batch after the broker refused a copy of it for
+// good, before appending it. The Writes' retry sends its records again
+// (split, if they were too large).
+func (p *partition) giveUp(err error) {
+	pd := p.pending
+	p.pending = nil
+	if !pd.doubt {
+		// Every copy was refused before the append and answered, so none
+		// is in the log or on its way there, and the broker still expects
+		// this sequence: the next batch takes it, in the same epoch. (The
+		// Java client moves to a new epoch instead, which spares it from
+		// renumbering up to five batches in flight; a partition here has
+		// one, and nothing to renumber.)
+		return
+	}
+	// An earlier copy may be in the log, or still on its way, so the
+	// sequence cannot go to other records: they go out under a new epoch,
+	// which fences that copy. If that copy was appended, its records are
+	// in the log twice: repeated, never lost.
+	p.s.log.Warn("Kafka refused a batch for good after an earlier copy's fate was unknown; moving to a new producer epoch, its records may be repeated",
+		"topic", p.topic, "partition", p.id, "producerId", p.producer.id, "epoch", p.producer.epoch,
+		"sequence", p.producer.seq, "records", len(pd.records), "copies", pd.sends, "err", err)
+	p.producer.failed()
 }

@@ -2,8 +2,11 @@ package kafka
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
 	"testing"
 
@@ -94,5 +97,41 @@ func TestAProducerTakesANewIDAfterASuccessOnceHalfItsEpochsAreUsed(t *testing.T)
 	p.sent(3)
 	if p.valid {
 		t.Errorf("after a success past epoch %d: %+v, want the id given up", rotateAt, p)
+	}
+}
+
+// Only answers known to be given before the append end a batch or leave it
+// without doubt; everything else, including what is no Kafka answer at
+// all, is in doubt.
+func TestAProduceAnswerIsInDoubtUnlessKnownToComeBeforeTheAppend(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("kafka: produce 1 records to t[0]: %w", err) }
+	for _, c := range []struct {
+		err  error
+		want produceClass
+	}{
+		{wrap(kafkago.NotLeaderForPartition), inDoubt},
+		{wrap(fmt.Errorf("%w: Not leader for partition.", kafkago.NotLeaderForPartition)), inDoubt},
+		{wrap(kafkago.NotEnoughReplicasAfterAppend), inDoubt},
+		{wrap(kafkago.RequestTimedOut), inDoubt},
+		{wrap(kafkago.LeaderNotAvailable), inDoubt},
+		{wrap(kafkago.Unknown), inDoubt},
+		{wrap(kafkago.Error(4242)), inDoubt},
+		{wrap(io.ErrUnexpectedEOF), inDoubt},
+		{wrap(context.DeadlineExceeded), inDoubt},
+		{wrap(kafkago.NotEnoughReplicas), retriable},
+		{wrap(kafkago.UnknownTopicOrPartition), retriable},
+		{wrap(kafkago.MessageSizeTooLarge), refusedForGood},
+		{wrap(kafkago.RecordListTooLarge), refusedForGood},
+		{wrap(kafkago.InvalidMessage), refusedForGood},
+		{wrap(kafkago.InvalidRecord), refusedForGood},
+		{wrap(kafkago.InvalidTimestamp), refusedForGood},
+		{wrap(kafkago.InvalidRequiredAcks), refusedForGood},
+		{wrap(kafkago.TopicAuthorizationFailed), refusedForGood},
+		{wrap(kafkago.ClusterAuthorizationFailed), refusedForGood},
+		{wrap(kafkago.OutOfOrderSequenceNumber), producerState},
+	} {
+		if got := classify(c.err); got != c.want {
+			t.Errorf("classify(%v) = %d, want %d", c.err, got, c.want)
+		}
 	}
 }

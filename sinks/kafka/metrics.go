@@ -38,12 +38,13 @@ var (
 	}, []string{"sink"})
 
 	// mProduceResends counts produce requests sent again, byte for
-	// byte with the same producer id, epoch and sequence, because the
-	// answer to an earlier copy never came. The broker appends such a
-	// request once, however many copies it gets.
+	// byte with the same producer id, epoch and sequence, because an
+	// earlier copy's fate is unknown (its answer never came, or allows it
+	// to be in the log) or the broker asked for a retry. The broker
+	// appends such a request once, however many copies it gets.
 	mProduceResends = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubewire_kafka_produce_resends_total",
-		Help: "Kafka produce requests resent unchanged, for the broker to deduplicate, after an earlier copy's answer was lost, by sink.",
+		Help: "Kafka produce requests resent unchanged, for the broker to deduplicate, while an earlier copy's fate was unknown or the broker asked for a retry, by sink.",
 	}, []string{"sink"})
 
 	// mSequenceErrors counts batches the broker refused because their

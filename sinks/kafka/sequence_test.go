@@ -165,9 +165,10 @@ func TestABatchInDoubtGoesOutByteForByteAheadOfLaterTraffic(t *testing.T) {
 // What the partition sends after a failed request, while the Write that
 // held it has not come back (the dispatcher backs off): a batch the broker
 // may have appended goes out again first, unchanged; a batch the broker
-// refused outright (NOT_LEADER_OR_FOLLOWER is answered before anything is
-// appended) is not resent, and the next batch takes its sequence in the
-// same epoch.
+// refused for good before appending anything (INVALID_RECORD) is not
+// resent, and the next batch takes its sequence in the same epoch.
+// NOT_LEADER_OR_FOLLOWER is no such refusal: with acks=all a leader that
+// loses its leadership answers it after the append.
 func TestOnlyABatchThatMayBeInTheLogIsResentBeforeTheNextOne(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -175,7 +176,8 @@ func TestOnlyABatchThatMayBeInTheLogIsResentBeforeTheNextOne(t *testing.T) {
 		want string
 	}{
 		{"REQUEST_TIMED_OUT leaves a/2 possibly appended, so it goes out again first.", 7, "warm-up/1,a/2,b/3"},
-		{"NOT_LEADER_OR_FOLLOWER refused a/2, so b/3 goes out alone.", 6, "warm-up/1,b/3"},
+		{"NOT_LEADER_OR_FOLLOWER leaves a/2 possibly appended, so it goes out again first.", 6, "warm-up/1,a/2,b/3"},
+		{"INVALID_RECORD refused a/2 for good, so b/3 goes out alone.", 87, "warm-up/1,b/3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := startFake(t)
@@ -200,7 +202,7 @@ func TestOnlyABatchThatMayBeInTheLogIsResentBeforeTheNextOne(t *testing.T) {
 			if id2 != id || epoch2 != epoch {
 				t.Errorf("producer %d epoch %d, want %d epoch %d: nothing was given up", id2, epoch2, id, epoch)
 			}
-			if c.code == 6 {
+			if c.code == 87 {
 				if _, _, seq2, _ := kafka.ProducerState(s, topic, 0); seq2 != seq+1 {
 					t.Errorf("sequence %d after b/3, want %d: b/3 takes the refused batch's sequence", seq2, seq+1)
 				}
