@@ -85,6 +85,10 @@ type Sink struct {
 	link       link
 	watching   bool
 	probeEvery time.Duration
+
+	// markers holds the partitions that took a marker whose Write failed
+	// elsewhere (markers.go).
+	markers markerAcks
 }
 
 var _ sinks.Sink = (*Sink)(nil)

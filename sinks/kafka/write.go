@@ -135,6 +135,7 @@ func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 	// rest of this Write: its later events must not overtake the failed
 	// ones, and one lookup per event would only repeat the failure.
 	var topicErr map[string]error
+	var markers []int // indexes of the markers among events
 	for i, ev := range events {
 		name, err := s.topicFor(ev)
 		if err != nil {
@@ -158,8 +159,12 @@ func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 		r.idx = i
 		share := groupShare(len(events)-i, len(t.parts))
 		if r.kind == kindMarker {
+			markers = append(markers, i)
+			held := s.markers.acked(ev)
 			for _, p := range t.parts {
-				add(p, r, share)
+				if _, ok := held[p.id]; !ok {
+					add(p, r, share)
+				}
 			}
 			continue
 		}
@@ -170,6 +175,12 @@ func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 		}
 	}
 	s.send(ctx, groups, &o)
+	for _, i := range markers {
+		// Written everywhere, or never to be: no retry will ask again.
+		if err := o.err(i); err == nil || errors.Is(err, sinks.ErrPermanent) {
+			s.markers.forget(events[i])
+		}
+	}
 	return o.be.ErrorOrNil()
 }
 
@@ -202,6 +213,14 @@ func (o *outcomes) fail(i int, err error) {
 	o.be.Failed(i, err)
 }
 
+// err is the failure recorded for the event at index i, or nil.
+func (o *outcomes) err(i int) error {
+	if o.be == nil {
+		return nil
+	}
+	return o.be.Err(i)
+}
+
 // failFrom fails the events of g's records from the first-th on: records
 // that failed, or were never sent because one before them did.
 func (o *outcomes) failFrom(g *group, first int, err error) {
@@ -224,7 +243,9 @@ func (s *Sink) send(ctx context.Context, groups []*group, o *outcomes) {
 	for i, u := range units {
 		// sent is the unit's acknowledged prefix, set before its outcome
 		// was reported (0 if it was withdrawn).
-		switch err := u.wait(ctx); {
+		err := u.wait(ctx)
+		s.notePlacedMarkers(groups[i].p, groups[i].records[:u.sent])
+		switch {
 		case err == nil:
 		case errors.Is(err, sinks.ErrTooLarge):
 			tooLarge = append(tooLarge, i)
@@ -234,6 +255,16 @@ func (s *Sink) send(ctx context.Context, groups []*group, o *outcomes) {
 	}
 	for _, i := range tooLarge {
 		s.sendOneByOne(ctx, groups[i], units[i].sent, o)
+	}
+}
+
+// notePlacedMarkers records the markers among recs, which p acknowledged,
+// so that a retry of their Write does not send them to p again.
+func (s *Sink) notePlacedMarkers(p *partition, recs []record) {
+	for i := range recs {
+		if recs[i].kind == kindMarker {
+			s.markers.add(recs[i].src, p.id)
+		}
 	}
 }
 
@@ -254,6 +285,7 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, o *outcomes
 		g.p.submit(u)
 		err := u.wait(ctx)
 		if err == nil {
+			s.notePlacedMarkers(g.p, u.records[:u.sent])
 			continue
 		}
 		if !errors.Is(err, sinks.ErrTooLarge) || r.ev == nil {
