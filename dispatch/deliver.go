@@ -30,8 +30,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 		ev, err := e.item.Event()
 		if err != nil {
 			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
-			d.failed(e.item.Change, "encode")
-			d.markIncomplete(e.item.Change)
+			d.drop(e.item.Change, "encode")
 			d.snapshots.done(e.item.Change)
 			continue
 		}
@@ -168,8 +167,7 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, e
 func (d *Dispatcher) refused(ev *encoding.Event, c *informer.Change, err error) {
 	d.log.Error("sink refused event permanently; dropping it", "id", ev.ID(),
 		"partitionkey", ev.Extension(encoding.ExtPartitionKey), "err", err)
-	d.failed(c, "refused")
-	d.markIncomplete(c)
+	d.drop(c, "refused")
 }
 
 type backoff struct {

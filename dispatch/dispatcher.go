@@ -120,6 +120,9 @@ type Dispatcher struct {
 	// since this start; until then a spool is not read back into memory
 	// beyond one event to try the broker with (see spooler.feed).
 	connectFailed, acked atomic.Bool
+	// uncleanStart: the process that wrote the spool ended without Close
+	// (replay.go).
+	uncleanStart bool
 
 	// Per-sink children of the metric vectors, looked up once rather than
 	// per event.
@@ -268,6 +271,7 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 				undelivered += int(l.queued.Load())
 			}
 		}
+		d.markClean()
 		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := d.sink.Close(closeCtx); err != nil {

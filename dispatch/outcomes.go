@@ -45,6 +45,16 @@ func (d *Dispatcher) conflated(c *informer.Change) {
 	ctr.(prometheus.Counter).Inc()
 }
 
+// drop is the one way a change leaves the dispatcher undelivered, whatever
+// the path (encoding, a refusal, a spool that cannot be written at
+// shutdown): it is counted under reason, and if it is a snapshot record,
+// its snapshot's completed marker will say that a record is missing, so
+// that no consumer prunes on it.
+func (d *Dispatcher) drop(c *informer.Change, reason string) {
+	d.failed(c, reason)
+	d.markIncomplete(c)
+}
+
 func (d *Dispatcher) failed(c *informer.Change, reason string) {
 	l := labelsOf(c)
 	metrics.EventsFailed.WithLabelValues(d.name, l.resource, string(l.op), reason).Inc()

@@ -55,6 +55,10 @@ type spooler struct {
 	writerDone chan struct{}
 
 	resources sync.Map // key prefix -> *informer.Resource, for spooled items
+
+	// proof follows the records an earlier process left (replay.go); feed
+	// only.
+	proof replayProof
 }
 
 // UseSpool gives the dispatcher a disk spool for its overflow (overflow:
@@ -72,6 +76,14 @@ func (d *Dispatcher) UseSpool(opt spool.Options) error {
 	probe.Close()
 	_ = os.Remove(probe.Name())
 	d.spool = &opt
+	unclean, err := d.markRunning()
+	if err != nil {
+		return fmt.Errorf("spool directory: %w", err)
+	}
+	d.uncleanStart = unclean
+	if unclean {
+		d.log.Warn("spool: the previous kubewire ended without a clean shutdown; snapshots it left unfinished go out marked incomplete", "dir", opt.Dir)
+	}
 	d.loadIncomplete()
 	d.mSpoolBytes = metrics.SpoolBytes.WithLabelValues(d.name)
 	d.mSpoolEvents = metrics.SpoolEvents.WithLabelValues(d.name)
@@ -124,6 +136,7 @@ func (sp *spooler) open(l *lane, opt spool.Options) error {
 	sp.freed = make(chan struct{}, 1)
 	sp.feedCtx, sp.stopFeed = context.WithCancel(context.Background())
 	if n := disk.Depth(); n > 0 {
+		sp.proof = replayProof{left: n, uncertain: l.d.uncleanStart}
 		sp.active.Store(true)
 		l.d.spoolEvents.Add(n)
 		l.log.Info("spool holds events from an earlier run; delivering them before new ones", "events", n, "dir", opt.Dir)
@@ -225,14 +238,14 @@ func (sp *spooler) write(l *lane) {
 			}
 			if err != nil {
 				d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
-				d.failed(e.item.Change, "encode")
-				d.markIncomplete(e.item.Change)
+				d.drop(e.item.Change, "encode")
 				d.snapshots.done(e.item.Change)
 				sp.pending.Add(-1)
 				d.spoolEvents.Add(-1)
 				continue
 			}
 			if !sp.put(d, rec, closing) {
+				d.drop(e.item.Change, "spool")
 				sp.lost.Add(1)
 				sp.pending.Add(-1)
 				d.spoolEvents.Add(-1)
@@ -278,11 +291,7 @@ func (sp *spooler) put(d *Dispatcher, rec []byte, closing func() bool) bool {
 func (sp *spooler) feed(l *lane) {
 	d := l.d
 	for {
-		// Nothing leaves the disk before the sink has connected, and until
-		// the broker has acknowledged a write since this start, one event
-		// at a time: a restart into an outage must not move the spool into
-		// memory, where the next kill loses it.
-		for l.full() || !d.everConnected.Load() || !d.acked.Load() && l.queued.Load() > 0 {
+		for !sp.mayRead(l) {
 			// Room comes with a write acknowledged, or with the sink's
 			// connection back while memory is empty and nothing is being
 			// written; look again now and then for the latter.
@@ -304,6 +313,15 @@ func (sp *spooler) feed(l *lane) {
 			sp.log.Info("spool drained; events go straight to the sink again")
 		}
 		sp.mu.Unlock()
+		// Wait for a record before taking it, then look at the gate
+		// again: a record that arrives while the reader waits would
+		// otherwise go straight to memory, past the gate.
+		if sp.disk.Wait(sp.feedCtx) != nil {
+			return
+		}
+		if !sp.mayRead(l) {
+			continue
+		}
 		raw, err := sp.disk.Next(sp.feedCtx)
 		if err != nil {
 			return
@@ -320,9 +338,21 @@ func (sp *spooler) feed(l *lane) {
 			sp.log.Error("skipping a spool record that cannot be read", "bytes", len(raw), "err", err)
 			continue
 		}
-		l.enqueueMemory(r.item(sp.resource), false)
+		it := r.item(sp.resource)
+		sp.proof.check(d, it.Change, r.event)
+		l.enqueueMemory(it, false)
 		d.spoolGauges()
 	}
+}
+
+// mayRead reports whether a record may leave the disk for memory now. Not
+// while memory is full or the sink is failing, not before the sink has
+// connected, and, until the broker has acknowledged a write since this
+// start, one event at a time: a restart into an outage must not move the
+// spool into memory, where the next kill loses it.
+func (sp *spooler) mayRead(l *lane) bool {
+	d := l.d
+	return !l.full() && d.everConnected.Load() && (d.acked.Load() || l.queued.Load() == 0)
 }
 
 // resource returns the stand-in Resource of a key prefix: spooled items
@@ -360,20 +390,24 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 	}
 	lost = int(sp.lost.Load())
 	var recs [][]byte
+	var kept []*entry
 	for _, e := range left {
 		ev, err := e.item.Event()
 		if err != nil {
 			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
-			d.failed(e.item.Change, "encode")
-			d.markIncomplete(e.item.Change)
+			d.drop(e.item.Change, "encode")
 			continue
 		}
 		recs = append(recs, appendSpoolRecord(nil, e, ev))
+		kept = append(kept, e)
 	}
 	start := time.Now()
 	if err := sp.disk.Prepend(recs); err != nil {
 		metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
 		sp.log.Error("shutdown: cannot spool the events still in memory", "events", len(recs), "err", err)
+		for _, e := range kept {
+			d.drop(e.item.Change, "spool")
+		}
 		lost += len(recs)
 	} else if len(recs) > 0 {
 		sp.log.Info("shutdown: spooled the events still in memory; they are delivered first on the next start",

@@ -80,6 +80,8 @@ type Spool struct {
 	// ready is closed once there is a segment. A spool that never fills
 	// creates no files, so a process that never overflows leaves nothing.
 	ready chan struct{}
+	// put has a value after a record was added: it wakes Wait.
+	put chan struct{}
 }
 
 type segment struct {
@@ -96,7 +98,7 @@ func Open(opt Options, log *slog.Logger, bytes *atomic.Int64) (*Spool, error) {
 	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool directory: %w", err)
 	}
-	s := &Spool{opt: opt, log: log, ready: make(chan struct{}), bytes: bytes}
+	s := &Spool{opt: opt, log: log, ready: make(chan struct{}), put: make(chan struct{}, 1), bytes: bytes}
 	s.removeBad()
 	gens, err := segmentNames(opt.Dir)
 	if err != nil {
@@ -150,6 +152,25 @@ func (s *Spool) Put(rec []byte) error {
 		return err
 	}
 	s.bytes.Add(int64(len(rec)) + 4)
+	select {
+	case s.put <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Wait returns once the spool holds a record, without taking it, or with
+// ctx's error. A reader that must decide whether to take a record can wait
+// here, look again, and only then call Next: a Next that is already waiting
+// takes the next record the moment it is written.
+func (s *Spool) Wait(ctx context.Context) error {
+	for s.Depth() == 0 {
+		select {
+		case <-s.put:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 

@@ -1,0 +1,94 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+)
+
+// A process killed with SIGKILL (or by the OOM killer) loses what memory
+// held, and nothing on disk says what that was. If it held records of a
+// snapshot whose completed marker was already spooled, the next start
+// replays that marker without its records, and a consumer that prunes on it
+// deletes live objects. So a spool remembers whether the process that wrote
+// it ended cleanly: runningFile exists from UseSpool until Close has kept
+// everything. After an unclean end, a completed marker replayed from the
+// spool goes out as incomplete unless the spool itself proves the snapshot
+// whole: its started marker and as many of its records as the marker counts,
+// read back before it.
+const runningFile = "running"
+
+// markRunning records that a process uses the spool, and reports whether
+// the previous one ended without Close.
+func (d *Dispatcher) markRunning() (unclean bool, err error) {
+	path := filepath.Join(d.spool.Dir, runningFile)
+	_, serr := os.Stat(path)
+	unclean = serr == nil
+	return unclean, os.WriteFile(path, nil, 0o600)
+}
+
+// markClean records that Close kept everything it could.
+func (d *Dispatcher) markClean() {
+	if d.spool == nil {
+		return
+	}
+	if err := os.Remove(filepath.Join(d.spool.Dir, runningFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		d.log.Warn("spool: cannot record a clean shutdown; the next start will take this one for a crash", "err", err)
+	}
+}
+
+// replayProof follows a lane's records left by a process that ended
+// uncleanly, as they are read back in order.
+type replayProof struct {
+	left      int64          // records still to be read that the earlier process wrote
+	started   map[string]int // snapshot id -> its records read since its started marker
+	uncertain bool           // the earlier process ended without Close
+}
+
+// check looks at one record read back from the spool. For a completed
+// marker that the spool cannot prove whole, it records the records that
+// may be missing, so that the marker goes out marked incomplete.
+func (p *replayProof) check(d *Dispatcher, c *informer.Change, ev *encoding.Event) {
+	if p.left <= 0 {
+		return
+	}
+	p.left--
+	if !p.uncertain {
+		return
+	}
+	switch c.Op {
+	case informer.OpSnapshotStarted:
+		if p.started == nil {
+			p.started = map[string]int{}
+		}
+		p.started[c.SnapshotID] = 0
+	case informer.OpSynced:
+		if n, ok := p.started[c.SnapshotID]; ok {
+			p.started[c.SnapshotID] = n + 1
+		}
+	case informer.OpSnapshotCompleted:
+		count := markerCount(ev)
+		seen, ok := p.started[c.SnapshotID]
+		delete(p.started, c.SnapshotID)
+		if ok && seen >= count {
+			return
+		}
+		missing := max(count-seen, 1)
+		d.log.Warn("spool: a snapshot's completed marker was replayed after kubewire ended without a clean shutdown, and the spool does not hold all its records; it goes out marked incomplete",
+			"resource", c.Key, "snapshot", c.SnapshotID, "records", count, "spooled", seen)
+		d.restoreIncomplete(c.SnapshotID, missing)
+	}
+}
+
+// markerCount is the record count a completed marker's event carries.
+func markerCount(ev *encoding.Event) int {
+	var m encoding.SnapshotMarker
+	if err := json.Unmarshal(ev.Data(), &m); err != nil || m.Count == nil {
+		return 0
+	}
+	return *m.Count
+}
