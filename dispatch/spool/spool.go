@@ -27,6 +27,10 @@ type Options struct {
 	// Fsync is config.FsyncAlways, config.FsyncInterval (default) or
 	// config.FsyncNever.
 	Fsync string
+	// Owner is the cluster and sink whose events the spool holds, checked
+	// and recorded by the dispatcher for a sink's directory (Claim); Open
+	// does not look at it.
+	Owner Owner
 }
 
 const (
