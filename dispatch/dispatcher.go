@@ -87,6 +87,8 @@ type Dispatcher struct {
 	lanes   map[string]*lane // by resource key prefix
 	started bool
 	spool   *spool.Options
+	// spoolLock keeps other processes out of spool.Dir until Close.
+	spoolLock *spool.DirLock
 	// spoolBytes bounds the spools of all lanes together.
 	spoolBytes  atomic.Int64
 	spoolEvents atomic.Int64
@@ -272,6 +274,9 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 			}
 		}
 		d.markClean()
+		if err := d.spoolLock.Unlock(); err != nil {
+			d.log.Error("shutdown: releasing the spool directory", "err", err)
+		}
 		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := d.sink.Close(closeCtx); err != nil {

@@ -65,19 +65,26 @@ type spooler struct {
 // spool), one per resource under opt.Dir. Call it before Start. What a
 // previous process left in the spool is delivered before any event
 // enqueued now.
+//
+// The dispatcher holds opt.Dir, locked, until Close: while it does, UseSpool
+// of that directory fails with spool.ErrLocked, in this process or another.
+// A spool written for another cluster or sink than opt.Owner (whose Sink
+// defaults to the dispatcher's name) fails with spool.ErrOwner, and nothing
+// of it is read.
 func (d *Dispatcher) UseSpool(opt spool.Options) error {
-	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
-		return fmt.Errorf("spool directory: %w", err)
+	if opt.Owner.Sink == "" {
+		opt.Owner.Sink = d.name
 	}
-	probe, err := os.CreateTemp(opt.Dir, ".probe-")
+	lock, err := d.claimSpoolDir(opt)
 	if err != nil {
-		return fmt.Errorf("spool directory is not writable: %w", err)
+		return err
 	}
-	probe.Close()
-	_ = os.Remove(probe.Name())
+	d.spoolLock = lock
 	d.spool = &opt
 	unclean, err := d.markRunning()
 	if err != nil {
+		d.spool = nil
+		_ = lock.Unlock()
 		return fmt.Errorf("spool directory: %w", err)
 	}
 	d.uncleanStart = unclean
@@ -92,6 +99,8 @@ func (d *Dispatcher) UseSpool(opt spool.Options) error {
 	d.mSpoolFull.Set(0)
 	entries, err := os.ReadDir(opt.Dir)
 	if err != nil {
+		d.spool = nil
+		_ = lock.Unlock()
 		return fmt.Errorf("spool directory: %w", err)
 	}
 	for _, e := range entries {
@@ -111,6 +120,38 @@ func (d *Dispatcher) UseSpool(opt spool.Options) error {
 // spoolCorrupt counts a spool data file given up as unreadable.
 func (d *Dispatcher) spoolCorrupt() {
 	metrics.SpoolErrors.WithLabelValues(d.name, "corrupt").Inc()
+}
+
+// claimSpoolDir locks opt.Dir and checks that its spool is opt.Owner's,
+// before anything in it is read.
+func (d *Dispatcher) claimSpoolDir(opt spool.Options) (_ *spool.DirLock, err error) {
+	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("spool directory: %w", err)
+	}
+	lock, err := spool.Lock(opt.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = lock.Unlock()
+		}
+	}()
+	probe, err := os.CreateTemp(opt.Dir, ".probe-")
+	if err != nil {
+		return nil, fmt.Errorf("spool directory is not writable: %w", err)
+	}
+	probe.Close()
+	_ = os.Remove(probe.Name())
+	adopted, err := spool.Claim(opt.Dir, opt.Owner)
+	if err != nil {
+		return nil, err
+	}
+	if adopted {
+		d.log.Info("spool has no owner record, as an older kubewire left it; adopting it for this cluster and sink",
+			"dir", opt.Dir, "cluster", opt.Owner.Cluster)
+	}
+	return lock, nil
 }
 
 func (d *Dispatcher) spoolGauges() {

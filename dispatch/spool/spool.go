@@ -30,6 +30,10 @@ type Options struct {
 	// OnCorrupt, if set, is called once for each data file the spool gave
 	// up as unreadable (and removed), so the caller can count it.
 	OnCorrupt func()
+	// Owner is the cluster and sink whose events the spool holds, checked
+	// and recorded by the dispatcher for a sink's directory (Claim); Open
+	// does not look at it.
+	Owner Owner
 }
 
 const (

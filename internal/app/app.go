@@ -124,7 +124,13 @@ func New(opt Options) (*App, error) {
 		})
 		if sc.Overflow == config.OverflowSpool {
 			dir := filepath.Join(cfg.Dispatch.SpoolDir, sc.Name)
-			if err := d.UseSpool(spool.Options{Dir: dir, MaxBytes: sc.Spool.MaxBytes, Fsync: sc.Spool.Fsync}); err != nil {
+			owner := spool.Owner{Cluster: cfg.Cluster, Sink: sc.Name, Type: sc.Type}
+			err := d.UseSpool(spool.Options{Dir: dir, MaxBytes: sc.Spool.MaxBytes, Fsync: sc.Spool.Fsync, Owner: owner})
+			switch {
+			case errors.Is(err, spool.ErrLocked), errors.Is(err, spool.ErrOwner):
+				// The error names the directory and what to do.
+				return nil, fmt.Errorf("sink %q: %w", sc.Name, err)
+			case err != nil:
 				return nil, fmt.Errorf("sink %q: spool in %s (dispatch.spoolDir, or set overflow: conflate): %w", sc.Name, dir, err)
 			}
 		}

@@ -35,9 +35,13 @@ func TestRunExitsWith1AndAnErrorLineWhenShutdownLeftEventsUndelivered(t *testing
 		{"notifications an informer did not drain exit 1", 0, fmt.Errorf("configmaps: %w", informer.ErrNotDrained), cli.ExitFailed,
 			[]string{"level=ERROR", "configmaps", "drain deadline"}},
 	}
-	cfg, kc := write(t, good), write(t, kubeconfig)
+	kc := write(t, kubeconfig)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			// The app is never closed, so its spool stays locked: each
+			// run needs a spool directory of its own.
+			spooling, _ := withSpoolDir(t, good)
+			cfg := write(t, spooling)
 			defer cli.SetRunApp(func(*app.App, context.Context) (int, error) { return tc.undelivered, tc.err })()
 			code, _, errOut := run("run", "--config", cfg, "--kubeconfig", kc, "--http-address", "")
 			if code != tc.code {

@@ -28,8 +28,8 @@ current-context: with-token
 `
 
 func TestRunsStartupLineNamesTheAPIServerContextClusterAndSinksButNoCredential(t *testing.T) {
-	cfg := write(t, mutate(t, "sinks: [out]", "sinks: [out, events]")+
-		"  - name: events\n    type: nats\n    nats: {servers: [\"nats://127.0.0.1:4222\"], mode: core}\n")
+	base := mutate(t, "sinks: [out]", "sinks: [out, events]") +
+		"  - name: events\n    type: nats\n    nats: {servers: [\"nats://127.0.0.1:4222\"], mode: core}\n"
 	kc := write(t, secretKubeconfig)
 	cases := []struct {
 		name    string
@@ -43,6 +43,10 @@ func TestRunsStartupLineNamesTheAPIServerContextClusterAndSinksButNoCredential(t
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			// The app is never closed, so its spools stay locked: each
+			// run needs a spool directory of its own.
+			spooling, _ := withSpoolDir(t, base)
+			cfg := write(t, spooling)
 			defer cli.SetRunApp(func(*app.App, context.Context) (int, error) { return 0, nil })()
 			args := append([]string{"run", "--config", cfg, "--kubeconfig", kc, "--http-address", "", "--log-format", "json"}, tc.args...)
 			code, _, errOut := run(args...)
