@@ -48,7 +48,8 @@ func runCrashChild(dir string, whole bool) {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
-	d.Start()
+	// What is enqueued before Start stays in memory: nothing has failed
+	// yet. Everything after the sink is failing goes to the spool.
 	first, spooled := 5, 16.0
 	if whole {
 		// A change of another object first, whose failed write makes the
@@ -61,6 +62,7 @@ func runCrashChild(dir string, whole bool) {
 	for i := range first {
 		d.Enqueue(dispatch.NewItem(synced("cm"+strconv.Itoa(i), 1, "s1")))
 	}
+	d.Start()
 	// A second write attempt comes after the first failure marked the
 	// lane failing, on the same goroutine: from here on, events spool.
 	for down.Writes() < 2 {

@@ -41,6 +41,12 @@ type drainSource struct {
 	stopOnce sync.Once
 	// sent is set once the reflector has taken the sentinel.
 	sent atomic.Bool
+	// lists counts lists asked for whose result the queue has not yet
+	// taken (Replace); watches counts watches the reflector has not yet
+	// stopped, which it does only after it has queued every event it took
+	// from them. With both at zero after stop, nothing more can reach the
+	// queue (see quiet).
+	lists, watches atomic.Int32
 }
 
 func newDrainSource(sentinel runtime.Object) *drainSource {
@@ -67,11 +73,17 @@ func (d *drainSource) wrap(lw *cache.ListWatch) *cache.ListWatch {
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			if d.isStopped() {
 				// A relist now would only queue more. Without a watch the
-				// sentinel cannot be delivered, and the drain reports it.
+				// sentinel cannot be delivered; the drain sees that nothing
+				// is in flight (quiet).
 				<-ctx.Done()
 				return nil, ctx.Err()
 			}
-			return lw.ListWithContext(ctx, o)
+			d.lists.Add(1)
+			obj, err := lw.ListWithContext(ctx, o)
+			if err != nil {
+				d.lists.Add(-1)
+			}
+			return obj, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			if d.isStopped() {
@@ -81,8 +93,10 @@ func (d *drainSource) wrap(lw *cache.ListWatch) *cache.ListWatch {
 				}
 				return d.watch(nil), nil
 			}
+			d.watches.Add(1)
 			inner, err := lw.WatchWithContext(ctx, o)
 			if err != nil {
+				d.watches.Add(-1)
 				return nil, err
 			}
 			return d.watch(inner), nil
@@ -91,10 +105,30 @@ func (d *drainSource) wrap(lw *cache.ListWatch) *cache.ListWatch {
 	}
 }
 
+// listed records that the queue took a list's result (Replace). A streamed
+// list ends in a Replace too, without a list asked for: it is counted as
+// its watch.
+func (d *drainSource) listed() {
+	for {
+		n := d.lists.Load()
+		if n <= 0 || d.lists.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// quiet reports whether no list or watch can still add to the queue. With
+// withLists false, lists in flight are left out: before the first list is
+// handled, a list only adds to a snapshot that will never complete, and an
+// apiserver out of reach can hold one open for long.
+func (d *drainSource) quiet(withLists bool) bool {
+	return d.watches.Load() == 0 && (!withLists || d.lists.Load() == 0)
+}
+
 // watch forwards inner's events until the source stops, then ends with
 // the sentinel. inner is nil for a watch started after the stop.
 func (d *drainSource) watch(inner watch.Interface) watch.Interface {
-	w := &drainWatch{d: d, out: make(chan watch.Event), done: make(chan struct{})}
+	w := &drainWatch{d: d, out: make(chan watch.Event), done: make(chan struct{}), counted: inner != nil}
 	stopInner := func() {}
 	var in <-chan watch.Event
 	if inner != nil {
@@ -110,13 +144,22 @@ type drainWatch struct {
 	out  chan watch.Event
 	done chan struct{}
 	once sync.Once
+	// counted: the watch is in drainSource.watches until Stop.
+	counted bool
 }
 
 func (w *drainWatch) ResultChan() <-chan watch.Event { return w.out }
 
 // Stop is called by the reflector, when the watch ends or the informer
 // stops.
-func (w *drainWatch) Stop() { w.once.Do(func() { close(w.done) }) }
+func (w *drainWatch) Stop() {
+	w.once.Do(func() {
+		close(w.done)
+		if w.counted {
+			w.d.watches.Add(-1)
+		}
+	})
+}
 
 func (w *drainWatch) run(in <-chan watch.Event, stopInner func()) {
 	defer close(w.out)
@@ -168,20 +211,34 @@ func (w *drainWatch) finish(stopInner func()) {
 
 // drain closes the informer's source and waits, at most DrainTimeout, for
 // the handler to meet the sentinel, which it does once every notification
-// queued before it has reached the Output.
-func (w *Watcher) drain() error {
+// queued before it has reached the Output. Without a watch (an apiserver out
+// of reach), no sentinel can come; the drain then ends as soon as nothing is
+// in flight and the handler has emptied the queue, rather than spend the
+// deadline that the sinks need. synced says the first list was handled.
+func (w *Watcher) drain(synced bool) error {
 	start := time.Now()
 	w.source.stop()
 	t := time.NewTimer(w.opt.DrainTimeout)
 	defer t.Stop()
-	select {
-	case <-w.drained:
-		w.log.Debug("informer drained", "took", time.Since(start).Round(time.Millisecond))
-		return nil
-	case <-t.C:
-		w.log.Error("shutdown: notifications still queued for the sinks at the drain deadline; they are lost",
-			"drainTimeout", w.opt.DrainTimeout)
-		return fmt.Errorf("%s: %w after %s", w.name, ErrNotDrained, w.opt.DrainTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.drained:
+			w.log.Debug("informer drained", "took", time.Since(start).Round(time.Millisecond))
+			return nil
+		case <-tick.C:
+			// quiet before idle: once nothing is in flight, only the
+			// handler can still change the queue, and only by emptying it.
+			if w.source.quiet(synced) && w.informer.queue.idle() {
+				w.log.Debug("informer drained with no watch open", "took", time.Since(start).Round(time.Millisecond))
+				return nil
+			}
+		case <-t.C:
+			w.log.Error("shutdown: notifications still queued for the sinks at the drain deadline; they are lost",
+				"drainTimeout", w.opt.DrainTimeout)
+			return fmt.Errorf("%s: %w after %s", w.name, ErrNotDrained, w.opt.DrainTimeout)
+		}
 	}
 }
 

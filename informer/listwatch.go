@@ -86,7 +86,9 @@ func (w *Watcher) newInformer() (*resourceInformer, error) {
 	// event of any other type.
 	w.source = newDrainSource(sentinel)
 	handler := cache.ResourceEventHandlerDetailedFuncs{AddFunc: w.onAdd, UpdateFunc: w.onUpdate, DeleteFunc: w.onDelete}
-	return newResourceInformer(w.gvr.String(), w.listerWatcher(lw, client), example, transform, handler, w.watchError), nil
+	inf := newResourceInformer(w.gvr.String(), w.listerWatcher(lw, client), example, transform, handler, w.watchError)
+	inf.queue.onReplace = w.source.listed
+	return inf, nil
 }
 
 // rawListWatch lists and watches through the raw REST client, building raw

@@ -90,6 +90,11 @@ type notifyQueue struct {
 	synced    chan struct{}
 	isSynced  bool
 
+	// busy is set while the handler works on a popped notification.
+	busy bool
+	// onReplace, if set, is called when a list's result is applied.
+	onReplace func()
+
 	// cur is the notification being handled. Pop hands the handler a
 	// pointer to it, which fits in an interface without an allocation;
 	// only the controller's goroutine touches it.
@@ -210,6 +215,9 @@ func (q *notifyQueue) Delete(obj any) error {
 // order client-go's RealFIFO queues them. The objects of the first list are
 // the initial list (isInInitialList).
 func (q *notifyQueue) Replace(list []any, resourceVersion string) error {
+	if q.onReplace != nil {
+		defer q.onReplace()
+	}
 	objs := make([]any, len(list))
 	for i, obj := range list {
 		var err error
@@ -292,11 +300,13 @@ func (q *notifyQueue) Pop(process cache.PopProcessFunc) (any, error) {
 	if q.head == len(q.items) {
 		q.items, q.head = q.items[:0], 0
 	}
+	q.busy = true
 	q.mu.Unlock()
 
 	err := process(&q.cur, q.cur.initial)
 
 	q.mu.Lock()
+	q.busy = false
 	if q.initial > 0 && q.cur.initial {
 		q.initial--
 		q.checkSynced()
@@ -304,6 +314,13 @@ func (q *notifyQueue) Pop(process cache.PopProcessFunc) (any, error) {
 	q.mu.Unlock()
 	q.cur = notification{}
 	return nil, err
+}
+
+// idle reports whether nothing is queued and the handler is not working.
+func (q *notifyQueue) idle() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.head == len(q.items) && !q.busy
 }
 
 // Close makes Pop return once the queue is empty.

@@ -191,10 +191,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	defer stopInformer()
 
 	if !cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced) {
-		// Stopped during the initial list. Only that list's records can
-		// be queued; its snapshot never gets a completed marker, so no
-		// consumer acts on it, and the next start lists everything again.
-		return nil
+		// Stopped during the initial list. Its snapshot never gets a
+		// completed marker, so no consumer acts on it, and the next start
+		// lists everything again; but live changes the watch queued
+		// behind the list are changes like any other, so drain.
+		return w.drain(false)
 	}
 	n := int(w.initialCount.Load())
 	if snap {
@@ -211,7 +212,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	} else {
 		<-ctx.Done()
 	}
-	return w.drain()
+	return w.drain(true)
 }
 
 // retry runs step until it succeeds or ctx ends, backing off up to RetryMax.
