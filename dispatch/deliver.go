@@ -145,17 +145,17 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, e
 				"id", ev.ID(), "partitionkey", e.key)
 			ierr = sinks.ErrNotSent
 		}
-		permanent := errors.Is(ierr, sinks.ErrPermanent)
-		if permanent && !ending {
+		if errors.Is(ierr, sinks.ErrPermanent) && !ending {
 			d.refused(ev, e.item.Change, ierr)
 			continue
 		}
-		if !permanent {
-			if failedKeys == nil {
-				failedKeys = map[string]struct{}{}
-			}
-			failedKeys[e.key] = struct{}{}
+		// Kept, whether it failed transiently or its refusal is not
+		// trusted at the end: either way the key's later events must not
+		// pass it.
+		if failedKeys == nil {
+			failedKeys = map[string]struct{}{}
 		}
+		failedKeys[e.key] = struct{}{}
 		batch[n], events[n] = e, ev
 		n++
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,8 +16,10 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/dispatch"
+	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/internal/testkit/memsink"
@@ -307,5 +310,78 @@ func TestABatchErrorOverTheWrongNumberOfEventsDropsNothingAndIsWrittenAgain(t *t
 	}
 	if got := metrics.Sum("kubewire_events_failed_total", refused) - before; got != 0 {
 		t.Errorf("kubewire_events_failed_total{reason=refused} moved by %v, want 0", got)
+	}
+}
+
+// refusesAtShutdown holds every Write until the dispatcher's work is
+// cancelled, then refuses rv 1 for good and acknowledges the rest: a
+// refusal that comes as shutdown is cancelling writes.
+type refusesAtShutdown struct {
+	memsink.Sink
+	mu     sync.Mutex
+	got    []*encoding.Event
+	writes atomic.Int32
+}
+
+func (s *refusesAtShutdown) Write(ctx context.Context, evs []*encoding.Event) error {
+	s.writes.Add(1)
+	<-ctx.Done()
+	be := sinks.NewBatchError(len(evs))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, ev := range evs {
+		if rvOf(ev) == 1 {
+			be.Failed(i, sinks.Permanent(errors.New("refused")))
+			continue
+		}
+		s.got = append(s.got, ev)
+	}
+	return be.ErrorOrNil()
+}
+
+// A refusal while shutdown cancels writes is not trusted: the event is kept
+// for the next start. Its key's later event, acknowledged in the same
+// Write, must then be kept too and written again after it, or the next
+// start delivers the older change last and the key ends at a stale state.
+func TestAnEventRefusedWhileShutdownCancelsWritesStillHoldsBackItsKey(t *testing.T) {
+	dir := t.TempDir()
+	first := &refusesAtShutdown{}
+	opt := fastOptions()
+	opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	d := dispatch.NewDispatcher("holdback", first, opt)
+	if err := d.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "a", 1)))
+	d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "a", 2)))
+	d.Start()
+	testkit.Eventually(t, "the write", func() bool { return first.writes.Load() > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	d.Close(ctx)
+
+	second := &memsink.Sink{}
+	d2 := dispatch.NewDispatcher("holdback", second, opt)
+	if err := d2.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	d2.Start()
+	testkit.Eventually(t, "rv 1 on the next start", func() bool {
+		for _, ev := range second.Events() {
+			if rvOf(ev) == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	if n := d2.Close(context.Background()); n != 0 {
+		t.Fatalf("undelivered: %d", n)
+	}
+	var rvs []int
+	for _, ev := range append(slices.Clone(first.got), second.Events()...) {
+		rvs = append(rvs, rvOf(ev))
+	}
+	if rvs[len(rvs)-1] != 2 {
+		t.Fatalf("the key's events, across both starts, were rv %v: it ends at rv %d, not its newest change", rvs, rvs[len(rvs)-1])
 	}
 }
