@@ -149,6 +149,17 @@ func (s *Sink) Close(ctx context.Context) error {
 	if s.nc == nil || s.nc.IsClosed() {
 		return nil
 	}
+	if !s.nc.IsConnected() {
+		// The server is out of reach: a flush could only wait out ctx.
+		// Every Write returned once its events were acknowledged (or
+		// failed them), so only bytes the client still buffers are lost.
+		n, _ := s.nc.Buffered()
+		s.nc.Close()
+		if n > 0 {
+			return fmt.Errorf("nats: closed with %d bytes buffered and the server unreachable", n)
+		}
+		return nil
+	}
 	err := s.nc.FlushWithContext(ctx)
 	s.nc.Close()
 	if err != nil && !errors.Is(err, natsgo.ErrConnectionClosed) {
