@@ -87,7 +87,10 @@ func parseSpoolRecord(b []byte) (*spoolRecord, error) {
 		return v
 	}
 	r.conflated = int(u())
-	r.size = int64(u())
+	// A record read back holds its event, parsed, rather than the object:
+	// count what it holds, or a drain fills more memory than the buffer's
+	// byte limit says.
+	r.size = max(int64(u()), int64(len(b)))
 	v, n := binary.Varint(b)
 	if n <= 0 {
 		return nil, errBadRecord
