@@ -28,9 +28,10 @@ type replica struct {
 // leader (the one whose snapshot arrives) and the standby.
 func twoReplicas(t *testing.T, ns, lease, renew string) (leader, standby replica) {
 	t.Helper()
-	p := newProcs(t, ns)
-	a, sa := p.start(t, "a.jsonl", electionFlags(ns, lease, renew)...)
-	b, sb := p.start(t, "b.jsonl", electionFlags(ns, lease, renew)...)
+	// Each replica has a spool directory of its own, as each pod has its
+	// own volume: kubewire refuses to share one.
+	a, sa := newProcs(t, ns).start(t, "a.jsonl", electionFlags(ns, lease, renew)...)
+	b, sb := newProcs(t, ns).start(t, "b.jsonl", electionFlags(ns, lease, renew)...)
 	testkit.Eventually(t, "one replica to publish a snapshot", func() bool {
 		return apptest.CountCompleted(sa(), "configmaps")+apptest.CountCompleted(sb(), "configmaps") > 0
 	})
