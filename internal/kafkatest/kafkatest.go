@@ -122,15 +122,21 @@ type Broker struct {
 	// certificate, when a TLS listener was asked for.
 	CAFile string
 
-	t      testing.TB
-	dir    string
-	extra  []listener
-	ca     *CA
-	props  string
-	logf   string
+	// ID is the broker's node.id: 1 for a lone broker, 1..n in a Cluster.
+	ID int
+
+	t     testing.TB
+	dir   string
+	extra []listener
+	ca    *CA
+	props string
+	logf  string
+	// jvm are the JVM options; nil means the lone broker's.
+	jvm    []string
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
+	paused bool
 }
 
 // Start formats storage and starts a broker, failing t if it is not ready
@@ -159,6 +165,7 @@ func StartWith(t testing.TB, o Options) *Broker {
 	b := &Broker{
 		Addr:  "127.0.0.1:" + strconv.Itoa(port),
 		Libs:  libs,
+		ID:    1,
 		t:     t,
 		dir:   dir,
 		props: filepath.Join(dir, "server.properties"),
@@ -216,31 +223,63 @@ func StartWith(t testing.TB, o Options) *Broker {
 
 func (b *Broker) start() {
 	b.t.Helper()
-	logf, err := os.OpenFile(b.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := b.launch(); err != nil {
 		b.t.Fatal(err)
 	}
+	if err := b.waitReady(); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// launch starts the broker's process on its properties and data, without
+// waiting for it to be ready: the nodes of a cluster must all be running
+// before any of them is, since none is ready without a controller quorum.
+func (b *Broker) launch() error {
+	logf, err := os.OpenFile(b.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
 	defer logf.Close()
-	cmd := exec.Command("java", "-Xmx512m", "-XX:+UseSerialGC",
+	jvm := b.jvm
+	if jvm == nil {
+		jvm = []string{"-Xmx512m", "-XX:+UseSerialGC"}
+	}
+	args := append(append([]string(nil), jvm...),
 		"-Dlog4j2.configurationFile="+b.log4j(), "-cp", filepath.Join(b.Libs, "*"), "kafka.Kafka", b.props)
+	cmd := exec.Command("java", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The broker must not outlive the test process, even one killed hard.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		b.t.Fatalf("kafkatest: start broker: %v", err)
+		return fmt.Errorf("kafkatest: start broker %d: %w", b.ID, err)
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	b.mu.Lock()
-	b.cmd, b.exited = cmd, exited
+	b.cmd, b.exited, b.paused = cmd, exited, false
 	b.mu.Unlock()
-	if err := b.waitReady(exited); err != nil {
-		log, _ := os.ReadFile(b.logf)
-		if len(log) > 8000 {
-			log = log[len(log)-8000:]
-		}
-		b.t.Fatalf("kafkatest: broker at %s not ready: %v\n%s", b.Addr, err, log)
+	return nil
+}
+
+// waitReady waits for the launched broker to be ready (see ready), and
+// says why not, with the tail of its log, if it is not.
+func (b *Broker) waitReady() error {
+	b.mu.Lock()
+	exited := b.exited
+	b.mu.Unlock()
+	if err := b.ready(exited); err != nil {
+		return fmt.Errorf("kafkatest: broker %d at %s not ready: %v\n%s", b.ID, b.Addr, err, b.LogTail(8000))
 	}
+	return nil
+}
+
+// LogTail returns the last n bytes of the broker's log (WARN and above).
+func (b *Broker) LogTail(n int) string {
+	log, _ := os.ReadFile(b.logf)
+	if len(log) > n {
+		log = log[len(log)-n:]
+	}
+	return string(log)
 }
 
 // log4j writes a configuration that sends the broker's logs to stdout at
@@ -264,9 +303,10 @@ func (b *Broker) log4j() string {
 	return f
 }
 
-// waitReady polls until the broker answers metadata with itself as a
-// broker, or a minute passes, or the process exits.
-func (b *Broker) waitReady(exited <-chan struct{}) error {
+// ready polls until the broker answers metadata with itself among the
+// brokers (a cluster's broker is listed once the controller has unfenced
+// it), or a minute passes, or the process exits.
+func (b *Broker) ready(exited <-chan struct{}) error {
 	deadline := time.Now().Add(time.Minute)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -283,8 +323,13 @@ func (b *Broker) waitReady(exited <-chan struct{}) error {
 		md, err := c.Metadata(ctx, &kafkago.MetadataRequest{})
 		cancel()
 		tr.CloseIdleConnections()
-		if err == nil && len(md.Brokers) > 0 {
-			return nil
+		if err == nil {
+			for _, br := range md.Brokers {
+				if br.ID == b.ID {
+					return nil
+				}
+			}
+			err = fmt.Errorf("node %d is not among the brokers yet", b.ID)
 		}
 		last = err
 	}
@@ -296,11 +341,12 @@ func (b *Broker) waitReady(exited <-chan struct{}) error {
 func (b *Broker) Kill() {
 	b.mu.Lock()
 	cmd, exited := b.cmd, b.exited
-	b.cmd = nil
+	b.cmd, b.paused = nil, false
 	b.mu.Unlock()
 	if cmd == nil {
 		return
 	}
+	// SIGKILL ends a stopped (paused) process too.
 	cmd.Process.Signal(syscall.SIGKILL)
 	<-exited
 }
@@ -309,7 +355,116 @@ func (b *Broker) Kill() {
 func (b *Broker) Restart(t *testing.T) {
 	t.Helper()
 	b.Kill()
-	b.start()
+	b.Start(t)
+}
+
+// Start starts a broker that was killed or stopped again, on the same ports
+// and data, and waits until it is ready.
+func (b *Broker) Start(t testing.TB) {
+	t.Helper()
+	if b.Running() {
+		t.Fatalf("kafkatest: broker %d is running already", b.ID)
+	}
+	if err := b.launch(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.waitReady(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Stop stops the broker with SIGTERM, which makes Kafka shut down in order
+// (a controlled shutdown: the controller moves its partitions' leadership to
+// other replicas first), and waits up to two minutes for it to exit. Its
+// data stays for Start.
+func (b *Broker) Stop(t testing.TB) {
+	t.Helper()
+	b.mu.Lock()
+	cmd, exited := b.cmd, b.exited
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(2 * time.Minute):
+		b.Kill()
+		t.Fatalf("kafkatest: broker %d did not exit within 2 minutes of SIGTERM\n%s", b.ID, b.LogTail(8000))
+	}
+	b.mu.Lock()
+	if b.cmd == cmd {
+		b.cmd, b.paused = nil, false
+	}
+	b.mu.Unlock()
+}
+
+// Pause stops the broker's process with SIGSTOP: it keeps its connections
+// and answers nothing, as a broker in a long garbage collection pause or on
+// a frozen machine would.
+func (b *Broker) Pause() {
+	b.signal(syscall.SIGSTOP, true)
+}
+
+// Resume continues a paused broker with SIGCONT.
+func (b *Broker) Resume() {
+	b.signal(syscall.SIGCONT, false)
+}
+
+func (b *Broker) signal(sig syscall.Signal, paused bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd != nil {
+		b.cmd.Process.Signal(sig)
+		b.paused = paused
+	}
+}
+
+// Running reports whether the broker's process was started and has not
+// been killed or stopped (it may be paused).
+func (b *Broker) Running() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd == nil {
+		return false
+	}
+	select {
+	case <-b.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Live reports whether the broker is running and not paused: whether it
+// can answer requests.
+func (b *Broker) Live() bool {
+	b.mu.Lock()
+	paused := b.paused
+	b.mu.Unlock()
+	return !paused && b.Running()
+}
+
+// RSS returns the resident memory of the broker's process in bytes, or 0
+// if it is not running.
+func (b *Broker) RSS() int64 {
+	b.mu.Lock()
+	cmd := b.cmd
+	b.mu.Unlock()
+	if cmd == nil {
+		return 0
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" && f[2] == "kB" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // Java runs a single-file Java program (Java 11+ source launch) with the
