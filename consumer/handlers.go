@@ -41,8 +41,13 @@ func (v *View) observe(fn func(change)) {
 
 // deliver calls the handlers, observers and OnProblem; applyMu is held.
 func (v *View) deliver(cs []change, ps []Problem) {
-	if v.opt.OnProblem != nil {
-		for _, p := range ps {
+	for _, p := range ps {
+		switch {
+		case p.Reason == ProblemNotHeld:
+			if v.opt.OnDeleteNotHeld != nil {
+				v.opt.OnDeleteNotHeld(p)
+			}
+		case v.opt.OnProblem != nil:
 			v.opt.OnProblem(p)
 		}
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
@@ -30,6 +33,18 @@ type JetStreamConfig struct {
 	// FromEnd, for an ordered consumer without Start, reads only the
 	// messages stored after Run began, as `kubewire tail` does by default.
 	FromEnd bool
+	// OnError, if set, is called each time reading fails (the server is
+	// unreachable, the stream or consumer is missing, an ack failed, ...),
+	// with the error and how long Run waits before it reads on; and when
+	// the connection is lost, with nats.ErrDisconnected and 0, as the NATS
+	// client reconnects by itself. It is called from Run's goroutines and
+	// must not block. Without it the failure is logged with slog.Default at
+	// level WARN. To stop at the first failure, cancel Run's context from
+	// it.
+	OnError func(err error, retryIn time.Duration)
+	// MaxBackoff bounds the wait between two attempts, which doubles from
+	// 250ms with each failure in a row. Default DefaultMaxBackoff.
+	MaxBackoff time.Duration
 }
 
 // JetStreamSource reads a JetStream stream written by kubewire's NATS sink,
@@ -42,10 +57,21 @@ type JetStreamConfig struct {
 //
 // A stream sequence that jumps (messages removed by the stream's limits
 // before they were read) is recorded as a gap (View.Gap).
+//
+// A server that goes away does not end Run: it reports it to OnError and
+// reads on when the server is back (the NATS client reconnects by itself;
+// when reading fails, Run waits with backoff and creates its consumer
+// again, an ordered one from where the View is).
 type JetStreamSource struct {
 	v      *View
 	cfg    JetStreamConfig
 	synced func()
+	// read counts the messages handled, to tell an attempt that read
+	// something (the backoff starts over) from one that did not.
+	read atomic.Int64
+	// begun is set once an attempt recorded its start in the View: the
+	// next attempts start from the View's position.
+	begun bool
 }
 
 // NewJetStreamSource binds a source to v; v is not synced until Run read
@@ -63,9 +89,48 @@ func NewJetStreamSource(v *View, cfg JetStreamConfig) (*JetStreamSource, error) 
 	return &JetStreamSource{v: v, cfg: cfg, synced: v.addSource()}, nil
 }
 
-// Run reads until ctx ends or reading fails.
+// Run reads until ctx ends, and then returns ctx's error. A failure to read
+// does not end it: the failure goes to JetStreamConfig.OnError and Run reads
+// on after a backoff, with its durable consumer, or an ordered consumer from
+// the View's position in the stream.
 func (s *JetStreamSource) Run(ctx context.Context) error {
-	cons, err := s.consumer(ctx)
+	r := newRetrier("stream "+s.cfg.Stream, s.cfg.OnError, s.cfg.MaxBackoff)
+	if nc := s.cfg.JetStream.Conn(); nc != nil {
+		// The client waits for the server to come back by itself and
+		// reading just pauses: say so, or a lost server looks like a
+		// quiet stream.
+		st := nc.StatusChanged(natsgo.RECONNECTING)
+		reported := make(chan struct{})
+		go func() {
+			defer close(reported)
+			for range st {
+				r.report(fmt.Errorf("consumer: read %s: %w", s.cfg.Stream, natsgo.ErrDisconnected), 0)
+			}
+		}()
+		// No report after Run returned.
+		defer func() { nc.RemoveStatusListener(st); <-reported }()
+	}
+	for {
+		before := s.read.Load()
+		err := s.attempt(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if werr := r.wait(ctx, err, s.read.Load() != before); werr != nil {
+			return werr
+		}
+	}
+}
+
+// attempt reads until ctx ends or reading fails. Until an attempt got as far
+// as its consumer, it starts where the config says; later ones where the
+// View is (an ordered consumer) or where the durable acked.
+func (s *JetStreamSource) attempt(ctx context.Context) error {
+	start := s.cfg.Start[s.cfg.Stream]
+	if s.begun {
+		start, _ = s.v.positionOf(s.cfg.Stream)
+	}
+	cons, err := s.consumer(ctx, start, s.cfg.FromEnd && !s.begun)
 	if err != nil {
 		return err
 	}
@@ -73,6 +138,13 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer: consumer on %s: %w", s.cfg.Stream, err)
 	}
+	switch {
+	case s.cfg.Durable != "":
+		s.v.startAt(s.cfg.Stream, int64(info.AckFloor.Stream)+1)
+	case start > 0:
+		s.v.startAt(s.cfg.Stream, start)
+	}
+	s.begun = true
 	if info.NumPending == 0 && info.NumAckPending == 0 {
 		s.synced()
 	}
@@ -84,8 +156,8 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	defer stop()
 	defer it.Stop()
 	last := uint64(0)
-	if o := s.cfg.Start[s.cfg.Stream]; o > 0 {
-		last = uint64(o) - 1
+	if start > 0 {
+		last = uint64(start) - 1
 	}
 	for {
 		m, err := it.Next()
@@ -107,6 +179,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 			last = seq
 		}
 		pos := Position{Partition: s.cfg.Stream, Offset: int64(seq)}
+		s.read.Add(1)
 		if ev, err := kwnats.DecodeMessage(m.Headers(), m.Data()); err != nil {
 			s.v.Skip(pos, err)
 		} else {
@@ -123,7 +196,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 	}
 }
 
-func (s *JetStreamSource) consumer(ctx context.Context) (jetstream.Consumer, error) {
+func (s *JetStreamSource) consumer(ctx context.Context, start int64, fromEnd bool) (jetstream.Consumer, error) {
 	if s.cfg.Durable != "" {
 		c, err := s.cfg.JetStream.CreateOrUpdateConsumer(ctx, s.cfg.Stream, jetstream.ConsumerConfig{
 			Durable: s.cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -134,11 +207,11 @@ func (s *JetStreamSource) consumer(ctx context.Context) (jetstream.Consumer, err
 		return c, nil
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
-	if s.cfg.FromEnd {
+	if fromEnd {
 		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
-	if o := s.cfg.Start[s.cfg.Stream]; o > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, uint64(o)
+	if start > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, uint64(start)
 	}
 	c, err := s.cfg.JetStream.OrderedConsumer(ctx, s.cfg.Stream, cfg)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -34,6 +35,16 @@ type KafkaConfig struct {
 	Dialer *kafkago.Dialer
 	// MaxWait bounds how long one fetch waits for new records. Default 1s.
 	MaxWait time.Duration
+	// OnError, if set, is called each time reading fails (the brokers are
+	// unreachable, the topic is missing, a commit failed, ...), with the
+	// error and how long Run waits before it reads on. It is called from
+	// Run's goroutine and must not block. Without it the failure is logged
+	// with slog.Default at level WARN. To stop at the first failure,
+	// cancel Run's context from it.
+	OnError func(err error, retryIn time.Duration)
+	// MaxBackoff bounds the wait between two attempts, which doubles from
+	// 250ms with each failure in a row. Default DefaultMaxBackoff.
+	MaxBackoff time.Duration
 }
 
 // KafkaSource reads a topic written by kubewire's Kafka sink, in binary or
@@ -49,11 +60,22 @@ type KafkaConfig struct {
 // Without a group, a partition whose position is no longer in the topic
 // (retention deleted it, or the topic was created again) is read on from its
 // first offset and the View records a gap (View.Gap). With a group, the same
-// condition makes Run return the kafka-go error: reset the group's offsets.
+// condition is a failure reported to OnError until the group's offsets are
+// reset.
+//
+// A broker that goes away does not end Run: it reports the failure to
+// OnError, waits (with backoff) and reads on from where the View is (or,
+// with a group, from the group's committed offsets).
 type KafkaSource struct {
 	v      *View
 	cfg    KafkaConfig
 	synced func()
+	// read counts the records handled, to tell an attempt that read
+	// something (the backoff starts over) from one that did not.
+	read atomic.Int64
+	// begun is set once an attempt recorded its start in the View: the
+	// next attempts start from the View's position.
+	begun bool
 }
 
 // NewKafkaSource binds a source to v; v is not synced until Run caught up
@@ -80,8 +102,30 @@ func NewKafkaSource(v *View, cfg KafkaConfig) (*KafkaSource, error) {
 // bounds is a partition's first and end offset when reading began.
 type bounds struct{ first, end int64 }
 
-// Run reads until ctx ends or reading fails.
+// Run reads until ctx ends, and then returns ctx's error. A failure to read
+// (the brokers went away, say) does not end it: the failure goes to
+// KafkaConfig.OnError and Run reads on after a backoff, from the View's
+// position in the topic (a group: from its committed offsets).
 func (s *KafkaSource) Run(ctx context.Context) error {
+	r := newRetrier("topic "+s.cfg.Topic, s.cfg.OnError, s.cfg.MaxBackoff)
+	for {
+		before := s.read.Load()
+		err := s.attempt(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if werr := r.wait(ctx, err, s.read.Load() != before); werr != nil {
+			return werr
+		}
+	}
+}
+
+// attempt reads until ctx ends or reading fails. Until an attempt got as far
+// as the partitions' offsets, it starts where the config says; later ones
+// where the View is, so that nothing applied is read again and nothing
+// written meanwhile is skipped (FromEnd included).
+func (s *KafkaSource) attempt(ctx context.Context) error {
+	first := !s.begun
 	parts, err := s.partitions(ctx)
 	if err != nil {
 		return err
@@ -91,11 +135,15 @@ func (s *KafkaSource) Run(ctx context.Context) error {
 	for p, b := range parts {
 		ends[p] = b.end
 		starts[p] = b.first
-		if s.cfg.FromEnd {
+		if s.cfg.FromEnd && first {
 			starts[p] = b.end
 		}
 		name := KafkaPartition(s.cfg.Topic, p)
-		if o, ok := s.cfg.Start[name]; ok {
+		o, ok := s.cfg.Start[name]
+		if !first {
+			o, ok = s.v.positionOf(name)
+		}
+		if ok {
 			starts[p] = o
 			if o < b.first || o > b.end {
 				// Retention deleted what was stored, or the topic was
@@ -110,6 +158,10 @@ func (s *KafkaSource) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	for p, o := range starts {
+		s.v.startAt(KafkaPartition(s.cfg.Topic, p), o)
+	}
+	s.begun = true
 	track := newCatchUp(starts, ends, s.synced)
 	if s.cfg.GroupID != "" {
 		return s.runGroup(ctx, track)
@@ -226,19 +278,19 @@ func (s *KafkaSource) runPartition(ctx context.Context, partition int, start int
 	})
 	defer r.Close()
 	if err := r.SetOffset(start); err != nil {
-		return err
+		return fmt.Errorf("consumer: read %s/%d from %d: %w", s.cfg.Topic, partition, start, err)
 	}
 	for {
 		m, err := r.FetchMessage(ctx)
 		if errors.Is(err, kafkago.OffsetOutOfRange) {
 			first, _, oerr := s.offsets(ctx, partition)
 			if oerr != nil {
-				return oerr
+				return s.stopped(ctx, oerr)
 			}
 			s.v.Gap(KafkaPartition(s.cfg.Topic, partition), first)
 			track.resume(partition, first)
 			if err := r.SetOffset(first); err != nil {
-				return err
+				return fmt.Errorf("consumer: read %s/%d from %d: %w", s.cfg.Topic, partition, first, err)
 			}
 			continue
 		}
@@ -260,6 +312,7 @@ func (s *KafkaSource) stopped(ctx context.Context, err error) error {
 
 // handle applies one record to the View.
 func (s *KafkaSource) handle(m kafkago.Message) {
+	s.read.Add(1)
 	pos := Position{Partition: KafkaPartition(s.cfg.Topic, m.Partition), Offset: m.Offset}
 	if m.Value == nil {
 		s.v.Tombstone(pos, string(m.Key))

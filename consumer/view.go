@@ -26,6 +26,15 @@ type Options struct {
 	// message only after OnRead returned. It must not call Apply, Tombstone,
 	// Gap or Skip.
 	OnRead func(Read)
+	// OnDeleteNotHeld, if set, is called for every deleted event of a key
+	// the View does not hold (its duplicates excepted), with Reason
+	// ProblemNotHeld, after the event was handled. Handlers get no OnDelete
+	// for it: as in client-go, they only hear of objects they were given.
+	// It is normal when reading did not start at the beginning of the
+	// history (a stored position, FromEnd, a topic whose retention or
+	// compaction dropped the object's earlier events), and for a delete of
+	// a key a snapshot already pruned. It must not call the View.
+	OnDeleteNotHeld func(Problem)
 }
 
 // View is the state a consumer builds from kubewire's events, by the
@@ -41,6 +50,14 @@ type Options struct {
 //   - snapshot.completed removes every key of its resource in its partition
 //     that had no event since the matching snapshot.started, unless the
 //     marker carries the incomplete extension;
+//   - a snapshot window is applied once per partition: once its completed
+//     marker was applied, a replay of the window (its markers, its synced
+//     records) is skipped, so that a restart that delivers it again neither
+//     prunes nor brings back what later events changed;
+//   - a synced record of a snapshot that started after a key was pruned
+//     brings the key back, even at the version it was pruned at;
+//   - a delete of a key the View does not hold changes nothing and is
+//     reported to Options.OnDeleteNotHeld and counted in Stats.DeletesNotHeld;
 //   - a delete marked finalstateunknown, a key pruned by a snapshot and one
 //     removed by a tombstone alone are delivered to handlers as
 //     cache.DeletedFinalStateUnknown, as client-go does for deletes noticed
@@ -66,12 +83,22 @@ type View struct {
 	byNamespace map[string]map[string]*entry
 	// gone remembers deleted keys until a complete snapshot passes them, so
 	// that a late copy of an older event does not bring them back.
-	gone    map[string]entry
+	gone map[string]entry
+	// pruned holds, for the keys of gone that a snapshot pruned, the seq
+	// of the prune: a synced record of a window opened after it brings the
+	// key back (the prune may have been wrong, say a record lost with no
+	// incomplete marker; the newer snapshot lists the object as live).
+	pruned  map[string]uint64
 	windows map[windowKey]window
-	pos     Positions
-	seq     uint64
-	stats   Stats
-	intern  map[string]string
+	// done holds the snapshot windows whose completed marker was applied
+	// (matched or not). A restart can deliver a window again after later
+	// events; its markers and records are then skipped. One entry per
+	// snapshot and partition: snapshots come every snapshotInterval.
+	done   map[windowKey]struct{}
+	pos    Positions
+	seq    uint64
+	stats  Stats
+	intern map[string]string
 
 	handlers  []handler
 	observers []func(change)
@@ -98,6 +125,13 @@ type Stats struct {
 	Conflated, FinalStateUnknown int64
 	// Gaps counts events known to be lost by the broker (see Gap).
 	Gaps int64
+	// Replayed counts snapshot markers and synced records skipped because
+	// their snapshot window had already been applied in that partition.
+	Replayed int64
+	// DeletesNotHeld counts deletes of keys the View did not hold (see
+	// Options.OnDeleteNotHeld); Restored the keys a snapshot pruned that a
+	// newer snapshot's synced record brought back.
+	DeletesNotHeld, Restored int64
 	// Problems counts what was reported to Options.OnProblem.
 	Problems int64
 }
@@ -118,6 +152,10 @@ const (
 	ProblemMalformed = "malformed"
 	// ProblemUnknownType: the event's type is not one of contract version 1.
 	ProblemUnknownType = "unknown type"
+	// ProblemNotHeld: a delete of a key the View does not hold. It goes to
+	// Options.OnDeleteNotHeld, not OnProblem: it is not a fault of the
+	// stream.
+	ProblemNotHeld = "not held"
 )
 
 type windowKey struct{ partition, snapshotID string }
@@ -141,7 +179,7 @@ type change struct {
 // NewView returns an empty View.
 func NewView(opt Options) *View {
 	return &View{
-		opt: opt, objects: map[string]*entry{}, byNamespace: map[string]map[string]*entry{}, gone: map[string]entry{}, windows: map[windowKey]window{},
+		opt: opt, objects: map[string]*entry{}, byNamespace: map[string]map[string]*entry{}, gone: map[string]entry{}, pruned: map[string]uint64{}, windows: map[windowKey]window{}, done: map[windowKey]struct{}{},
 		pos: Positions{}, intern: map[string]string{}, sync: newSyncState(),
 	}
 }
@@ -252,7 +290,18 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	v.seq++
 	switch ev.Type() {
 	case encoding.TypeSnapshotStarted:
-		v.windows[windowKey{v.interned(pos.Partition), ext(ev, encoding.ExtSnapshotID)}] = window{resource: key, start: v.seq}
+		wk := windowKey{v.interned(pos.Partition), ext(ev, encoding.ExtSnapshotID)}
+		if _, ok := v.done[wk]; ok {
+			v.stats.Replayed++
+			return nil, nil
+		}
+		if _, ok := v.windows[wk]; ok {
+			// A copy of an open window's marker: the first copy's start
+			// is kept, as a later one would count fewer keys as seen.
+			v.stats.Duplicates++
+			return nil, nil
+		}
+		v.windows[wk] = window{resource: key, start: v.seq}
 		return nil, nil
 	case encoding.TypeSnapshotCompleted:
 		return v.complete(pos, ev, key), nil
@@ -275,6 +324,19 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		v.gone[key] = gone
 	}
 
+	var sw window // the open window of a synced record, start 0 if none
+	if ev.Type() == encoding.TypeSynced {
+		wk := windowKey{pos.Partition, ext(ev, encoding.ExtSnapshotID)}
+		if _, ok := v.done[wk]; ok {
+			// A record of a window already applied, delivered again
+			// after later events: it is older than what they did. The
+			// key counts as seen (above), which only prunes less.
+			v.stats.Replayed++
+			return nil, nil
+		}
+		sw = v.windows[wk]
+	}
+
 	if ev.Type() == encoding.TypeDeleted {
 		fsu := hasExt(ev, encoding.ExtFinalStateUnknown)
 		if fsu {
@@ -285,8 +347,14 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 			v.stats.Duplicates++
 			return nil, nil
 		case held == nil:
+			detail := "no object held at this key"
+			if wasGone {
+				detail = "uid " + gone.UID + " at " + gone.ResourceVersion + " was removed from this key"
+			}
 			v.gone[key] = entry{Object: Object{Key: key, UID: uid, ResourceVersion: rv}, partition: v.interned(pos.Partition), seq: v.seq}
-			return nil, nil
+			delete(v.pruned, key)
+			v.stats.DeletesNotHeld++
+			return nil, v.notHeld(Problem{Position: pos, Key: key, ID: ev.ID(), Reason: ProblemNotHeld, Detail: detail})
 		case held.UID != uid && olderRV(rv, held.ResourceVersion):
 			// A late delete of an earlier object under this key.
 			v.stats.Stale++
@@ -302,6 +370,8 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	}
 
 	isRef := ext(ev, encoding.ExtPayload) == encoding.PayloadReference
+	prunedAt, wasPruned := v.pruned[key]
+	restore := held == nil && wasPruned && sw.start > prunedAt
 	switch {
 	case held != nil && held.UID == uid && held.ResourceVersion == rv && (isRef || !held.Reference):
 		if held.typ == ev.Type() {
@@ -311,7 +381,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	case held != nil && olderRV(rv, held.ResourceVersion):
 		v.stats.Stale++
 		return nil, problem(ProblemStale, "resourceVersion "+rv+" after "+held.ResourceVersion)
-	case held == nil && wasGone && (gone.UID == uid && gone.ResourceVersion == rv || olderRV(rv, gone.ResourceVersion)):
+	case held == nil && wasGone && !restore && (gone.UID == uid && gone.ResourceVersion == rv || olderRV(rv, gone.ResourceVersion)):
 		v.stats.Stale++
 		return nil, problem(ProblemStale, "resourceVersion "+rv+" after a delete at "+gone.ResourceVersion)
 	}
@@ -329,11 +399,23 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	v.objects[key] = e
 	v.index(e)
 	delete(v.gone, key)
+	delete(v.pruned, key)
+	if restore {
+		v.stats.Restored++
+	}
 	v.stats.Applied++
 	if held == nil {
 		return []change{{pos: pos, kind: watch.Added, key: key, obj: &e.Object}}, nil
 	}
 	return []change{{pos: pos, kind: watch.Modified, key: key, old: &held.Object, obj: &e.Object}}, nil
+}
+
+// notHeld returns p for deliver, which passes it to OnDeleteNotHeld.
+func (v *View) notHeld(p Problem) []Problem {
+	if v.opt.OnDeleteNotHeld == nil {
+		return nil
+	}
+	return []Problem{p}
 }
 
 // index records e under its namespace, replacing what the key held.
@@ -358,6 +440,7 @@ func (v *View) unindex(e *entry) {
 // remove deletes held; final is the state the delete carried, if any.
 func (v *View) remove(pos Position, held *entry, final *Object, finalStateUnknown bool) change {
 	delete(v.objects, held.Key)
+	delete(v.pruned, held.Key)
 	v.unindex(held)
 	v.gone[held.Key] = entry{Object: Object{Key: held.Key, UID: held.UID, ResourceVersion: held.ResourceVersion}, partition: held.partition, seq: v.seq}
 	v.stats.Applied++
@@ -371,7 +454,15 @@ func (v *View) remove(pos Position, held *entry, final *Object, finalStateUnknow
 // snapshot is incomplete, prunes the keys of its resource in its partition
 // that had no event since the window opened.
 func (v *View) complete(pos Position, ev *event.Event, resource string) []change {
-	wk := windowKey{pos.Partition, ext(ev, encoding.ExtSnapshotID)}
+	wk := windowKey{v.interned(pos.Partition), ext(ev, encoding.ExtSnapshotID)}
+	if _, ok := v.done[wk]; ok {
+		// A replay of a window already applied: what it would prune
+		// is measured from a started marker that is older than events
+		// already applied, so it must prune nothing.
+		v.stats.Replayed++
+		return nil
+	}
+	v.done[wk] = struct{}{}
 	w, ok := v.windows[wk]
 	if !ok {
 		v.stats.Unmatched++
@@ -390,6 +481,7 @@ func (v *View) complete(pos Position, ev *event.Event, resource string) []change
 	for k, g := range v.gone {
 		if in(&g) {
 			delete(v.gone, k)
+			delete(v.pruned, k)
 		}
 	}
 	var cs []change
@@ -397,6 +489,7 @@ func (v *View) complete(pos Position, ev *event.Event, resource string) []change
 		if in(e) {
 			v.stats.Pruned++
 			cs = append(cs, v.remove(pos, e, nil, true))
+			v.pruned[e.Key] = v.seq
 		}
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].key < cs[j].key })

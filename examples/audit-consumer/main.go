@@ -8,7 +8,7 @@
 // restarted. Delivery is at least once: after a crash some lines are written
 // again; each carries the event id to deduplicate by.
 //
-//	go run ./examples/audit-consumer --brokers localhost:9092 --topic kubewire.configmaps --out audit.jsonl
+//	go run ./examples/audit-consumer --brokers localhost:9092 --topic k8s.core.configmaps --out audit.jsonl
 package main
 
 import (
