@@ -168,19 +168,36 @@ func runTail(ctx context.Context, cfg *config.Config, sc *config.Sink, f tailFla
 		}
 		p.print(r)
 	}})
-	runs, what, closeFn, err := tailSources(ctx, cfg, sc, v, !f.fromBeginning)
+	// Before tail has caught up, a failure to read is an answer (a wrong
+	// address, a missing topic) and ends it; after, the sources ride out
+	// a broker restart, and tail says so and goes on.
+	errs := make(chan error, 8)
+	onError := func(err error, retryIn time.Duration) {
+		if !v.HasSynced() {
+			select {
+			case errs <- err:
+			default:
+			}
+			cancel()
+			return
+		}
+		fmt.Fprintf(stderr, "tail: reading sink %s: %v; retrying in %s\n", sc.Name, err, retryIn.Round(time.Millisecond))
+	}
+	runs, what, closeFn, err := tailSources(ctx, cfg, sc, v, !f.fromBeginning, onError)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
 	p.header()
 
-	errs := make(chan error, len(runs))
 	var wg sync.WaitGroup
 	for _, run := range runs {
 		wg.Go(func() {
 			if err := run(ctx); err != nil && ctx.Err() == nil {
-				errs <- err
+				select {
+				case errs <- err:
+				default:
+				}
 				cancel()
 			}
 		})
@@ -204,7 +221,9 @@ func runTail(ctx context.Context, cfg *config.Config, sc *config.Sink, f tailFla
 // tailSources builds a source per Kafka topic of the sink (one topic per
 // resource routed to it), or one for the sink's JetStream stream. what
 // names what is read, for people.
-func tailSources(ctx context.Context, cfg *config.Config, sc *config.Sink, v *consumer.View, fromEnd bool) (runs []func(context.Context) error, what string, closeFn func(), err error) {
+func tailSources(ctx context.Context, cfg *config.Config, sc *config.Sink, v *consumer.View, fromEnd bool,
+	onError func(error, time.Duration),
+) (runs []func(context.Context) error, what string, closeFn func(), err error) {
 	switch blk := sc.Block.(type) {
 	case *kafka.Config:
 		d, err := kafka.Dialer(blk)
@@ -220,7 +239,7 @@ func tailSources(ctx context.Context, cfg *config.Config, sc *config.Sink, v *co
 			}
 		}
 		for _, t := range topics {
-			s, err := consumer.NewKafkaSource(v, consumer.KafkaConfig{Brokers: k.Brokers, Topic: t, Dialer: d, FromEnd: fromEnd})
+			s, err := consumer.NewKafkaSource(v, consumer.KafkaConfig{Brokers: k.Brokers, Topic: t, Dialer: d, FromEnd: fromEnd, OnError: onError})
 			if err != nil {
 				return nil, "", nil, err
 			}
@@ -234,7 +253,7 @@ func tailSources(ctx context.Context, cfg *config.Config, sc *config.Sink, v *co
 		if err != nil {
 			return nil, "", nil, err
 		}
-		s, err := consumer.NewJetStreamSource(v, consumer.JetStreamConfig{JetStream: js, Stream: stream, FromEnd: fromEnd})
+		s, err := consumer.NewJetStreamSource(v, consumer.JetStreamConfig{JetStream: js, Stream: stream, FromEnd: fromEnd, OnError: onError})
 		if err != nil {
 			nc.Close()
 			return nil, "", nil, err

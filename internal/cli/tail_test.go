@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -303,5 +304,27 @@ func TestTailsBadFlagsAndSinksExitWith2AndSayWhy(t *testing.T) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 and a message with %q", code, out, errOut, tc.mention)
 			}
 		})
+	}
+}
+
+// A broker that cannot be reached before tail has caught up is an answer,
+// not something to wait out: tail names the sink and exits 1.
+func TestTailOfABrokerThatCannotBeReachedExitsNamingTheSink(t *testing.T) {
+	addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
+	path := write(t, fmt.Sprintf(tailConfig, addr, "nats://"+addr))
+	done := make(chan struct{})
+	var code int
+	var errOut string
+	go func() {
+		defer close(done)
+		code, _, errOut = run("tail", "--config", path, "--sink", "events")
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("tail kept waiting for a broker that is not there")
+	}
+	if code != cli.ExitFailed || !strings.Contains(errOut, "tail: reading sink events:") {
+		t.Fatalf("exit %d, stderr %q; want exit %d and the sink named", code, errOut, cli.ExitFailed)
 	}
 }
