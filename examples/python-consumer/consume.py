@@ -8,7 +8,7 @@ SDK, one line per event:
 
 A Kafka tombstone (a key with no value) prints as "tombstone <key>".
 
-    python3 consume.py --bootstrap localhost:9092 --topic kubewire.configmaps
+    python3 consume.py --bootstrap localhost:9092 --topic k8s.core.configmaps
     python3 consume.py --nats nats://localhost:4222 --stream KUBEWIRE --count 10
 """
 
