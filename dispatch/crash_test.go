@@ -34,6 +34,22 @@ func synced(name string, rv int, id string) *informer.Change {
 	return c
 }
 
+// childWait polls cond until it holds; the child has no *testing.T, so a
+// deadline passed ends it with a message the parent reports.
+func childWait(what string, cond func() bool) {
+	deadline := time.After(time.Minute)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			fmt.Println("timed out waiting for", what)
+			os.Exit(1)
+		case <-tick.C:
+		}
+	}
+}
+
 // runCrashChild is the process that is killed: its broker is down, a
 // snapshot's first records wait in memory (unless whole is set), the rest and
 // the completed marker in the spool. It says "ready" once they are on disk,
@@ -65,9 +81,7 @@ func runCrashChild(dir string, whole bool) {
 	d.Start()
 	// A second write attempt comes after the first failure marked the
 	// lane failing, on the same goroutine: from here on, events spool.
-	for down.Writes() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	childWait("a second write attempt", func() bool { return down.Writes() >= 2 })
 	if whole {
 		d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
 	}
@@ -75,9 +89,9 @@ func runCrashChild(dir string, whole bool) {
 		d.Enqueue(dispatch.NewItem(synced("cm"+strconv.Itoa(i), 1, "s1")))
 	}
 	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotCompleted, "s1", 20)))
-	for metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "crash"}) < spooled {
-		time.Sleep(time.Millisecond)
-	}
+	childWait("the events on disk", func() bool {
+		return metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "crash"}) >= spooled
+	})
 	fmt.Println("ready")
 	select {}
 }
