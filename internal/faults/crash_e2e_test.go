@@ -1,0 +1,721 @@
+//go:build e2e
+
+package faults_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/kubewire/kubewire/dispatch/spool"
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/app"
+	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/kafkatest"
+	"github.com/kubewire/kubewire/internal/natstest"
+	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/verify"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	"github.com/kubewire/kubewire/sinks/nats"
+)
+
+// The crash-consistency run (issue 27): kubewire is killed with SIGKILL at
+// random moments, chosen by a seeded generator, and restarted on the same
+// spool, while the cluster churns. Afterwards Kafka and JetStream must hold
+// no order violation, no completed snapshot that would prune a live object,
+// and no lost change beyond what kubewire said it held in memory when it
+// was killed.
+const (
+	crashBuffer  = 200     // events in memory per sink: small, so the spool is used
+	crashSpool   = 4 << 20 // spool.maxBytes per sink: the least allowed, to reach the bound
+	crashObjects = 40      // ConfigMap names the churn cycles through
+	// crashLatency is how long before the scrape a change may have been
+	// written and still not be in the memory kubewire reported: the time
+	// the watch takes to deliver it, generously on a loaded machine.
+	crashLatency = time.Second
+)
+
+// crashMoment is when in kubewire's life a cycle kills it.
+type crashMoment int
+
+const (
+	duringOutage crashMoment = iota
+	restartIntoOutage
+	whileDraining
+	duringSnapshot
+)
+
+func (m crashMoment) String() string {
+	return [...]string{"outage", "restart-into-outage", "draining", "snapshot"}[m]
+}
+
+var crashSinks = []string{"kafka", "js"}
+
+// crashKill is what the test knew about kubewire at one SIGKILL.
+type crashKill struct {
+	cycle  int
+	moment crashMoment
+	delay  time.Duration // the drawn delay before the kill
+	at     time.Time
+	// scraped reports whether /metrics answered; a process killed before
+	// it serves had not started its sinks, and held nothing.
+	scraped bool
+	// memory is kubewire_buffer_events per sink at the scrape: events
+	// queued in memory and not acknowledged, which SIGKILL loses.
+	memory, spooled map[string]float64
+	// diskBytes is the size of each sink's spool directory at the kill.
+	diskBytes map[string]int64
+	// scrapeToKill is the time from the start of the scrape to the kill,
+	// and arrivals the versions the churn wrote from crashLatency before
+	// the scrape to the kill: changes memory may have taken in unreported.
+	scrapeToKill time.Duration
+	arrivals     int
+}
+
+func crashEnv(t *testing.T, name string, def uint64) uint64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
+}
+
+func TestE2ECrashCyclesOfSIGKILLLoseOnlyWhatMemoryHeldAndNeverPruneALiveObject(t *testing.T) {
+	seed := crashEnv(t, "KUBEWIRE_CRASH_SEED", 1)
+	cycles := int(crashEnv(t, "KUBEWIRE_CRASH_CYCLES", 5))
+	t.Logf("crash cycles: KUBEWIRE_CRASH_SEED=%d KUBEWIRE_CRASH_CYCLES=%d", seed, cycles)
+	rnd := rand.New(rand.NewPCG(seed, 27))
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rnd.Int64N(int64(hi-lo)+1)) }
+
+	ns := namespace(t)
+	p := newProcs(t, ns)
+	kb := kafkatest.Start(t, nil)
+	nsrv := natstest.Start(t)
+	spoolDir := filepath.Join(p.dir, "spool")
+	yaml := crashConfig(ns, kb.Addr, nsrv.URL(), spoolDir)
+	if err := os.WriteFile(p.config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokersUp := true
+	up := func() {
+		if !brokersUp {
+			kb.Restart(t)
+			nsrv.Begin()
+			brokersUp = true
+		}
+	}
+	down := func() {
+		if brokersUp {
+			kb.Kill()
+			nsrv.Kill()
+			brokersUp = false
+		}
+	}
+
+	// Each run gets its own stdout file and metrics port; the stdout sink
+	// never fails, so together the files are what kubewire observed.
+	var outs []func() []event.Event
+	var runs []string
+	start := func() (*exec.Cmd, string) {
+		port := testkit.FreePort(t)
+		name := fmt.Sprintf("run-%d.jsonl", len(runs)+1)
+		cmd, out := p.start(t, name, "--http-address", fmt.Sprintf("127.0.0.1:%d", port))
+		outs = append(outs, out)
+		runs = append(runs, name)
+		return cmd, fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	}
+	// running waits until the run serves /metrics and its informer has
+	// listed: kubewire is running, not starting.
+	// watchedFrom is when the current run was last seen running.
+	var watchedFrom time.Time
+	running := func(url string) {
+		testkit.Eventually(t, "kubewire to list its ConfigMaps", func() bool {
+			m, ok := scrape(url)
+			return ok && m.get("kubewire_informer_synced", "", "") == 1
+		})
+		watchedFrom = time.Now()
+	}
+	// watched are the spans in which a run was known to be watching.
+	var watched [][2]time.Time
+
+	stop := make(chan struct{})
+	wg := churnObjects(ns, stop, churnTick, crashObjects)
+	churning := true
+	defer func() {
+		if churning {
+			close(stop)
+			wg.Wait()
+		}
+	}()
+
+	var kills []crashKill
+	var moments []string
+	began := time.Now()
+	for c := 1; c <= cycles; c++ {
+		m := crashMoment(rnd.IntN(4))
+		moments = append(moments, m.String())
+		var cmd *exec.Cmd
+		var url string
+		var delay time.Duration
+		watchedFrom = time.Time{}
+		switch m {
+		case duringOutage:
+			// Both brokers die under a running kubewire (if they are
+			// already down, it runs into the outage that goes on).
+			cmd, url = start()
+			running(url)
+			down()
+			delay = between(500*time.Millisecond, 5*time.Second)
+		case restartIntoOutage:
+			down()
+			cmd, url = start()
+			delay = between(0, 2*time.Second)
+		case whileDraining:
+			// An outage long enough to spool, then the brokers return
+			// and kubewire drains its spool into them.
+			cmd, url = start()
+			running(url)
+			if brokersUp {
+				down()
+				time.Sleep(between(time.Second, 3*time.Second)) // the outage's chosen length
+			}
+			up()
+			delay = between(0, 3*time.Second)
+		case duringSnapshot:
+			// A start is a snapshot: the initial list, with markers,
+			// and every 10 s another.
+			cmd, url = start()
+			delay = between(0, 2*time.Second)
+		}
+		// The chosen moment's delay, not a synchronisation.
+		time.Sleep(delay)
+		k := crashKill{cycle: c, moment: m, delay: delay, memory: map[string]float64{}, spooled: map[string]float64{}, diskBytes: map[string]int64{}}
+		scrapedAt := time.Now()
+		if mt, ok := scrape(url); ok {
+			k.scraped = true
+			for _, s := range crashSinks {
+				k.memory[s] = mt.get("kubewire_buffer_events", "sink", s)
+				k.spooled[s] = mt.get("kubewire_spool_events", "sink", s)
+			}
+		}
+		for _, s := range crashSinks {
+			k.diskBytes[s] = dirBytes(filepath.Join(spoolDir, s))
+		}
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		k.at = time.Now()
+		if !watchedFrom.IsZero() {
+			watched = append(watched, [2]time.Time{watchedFrom, k.at})
+		}
+		_ = cmd.Wait()
+		k.scrapeToKill = k.at.Sub(scrapedAt)
+		k.arrivals = wg.writtenBetween(scrapedAt.Add(-crashLatency), k.at)
+		kills = append(kills, k)
+		t.Logf("cycle %d: %s, killed after %s (brokers %s): in memory kafka %.0f js %.0f; spool events kafka %.0f js %.0f; spool dir kafka %d KB js %d KB; scrape→kill %s, %d versions written from %s before the scrape to the kill",
+			c, m, delay.Round(time.Millisecond), map[bool]string{true: "up", false: "down"}[brokersUp], k.memory["kafka"], k.memory["js"],
+			k.spooled["kafka"], k.spooled["js"], k.diskBytes["kafka"]>>10, k.diskBytes["js"]>>10, k.scrapeToKill.Round(time.Microsecond), k.arrivals, crashLatency)
+		// A moment's pause before the restart, as a supervisor takes.
+		time.Sleep(between(0, 500*time.Millisecond))
+	}
+	t.Logf("%d cycles took %s", cycles, time.Since(began).Round(time.Second))
+
+	// The last start: brokers up, kubewire drains its spool, and the churn
+	// stops so that the sinks can converge.
+	up()
+	final, url := start()
+	defer final.Process.Kill()
+	running(url)
+	close(stop)
+	wg.Wait()
+	churning = false
+	watched = append(watched, [2]time.Time{watchedFrom, time.Now()})
+	testkit.Within(t, 3*time.Minute, "kubewire to drain its memory and spool into both sinks", func() bool {
+		m, ok := scrape(url)
+		if !ok {
+			return false
+		}
+		for _, s := range crashSinks {
+			if m.get("kubewire_buffer_events", "sink", s) != 0 || m.get("kubewire_spool_events", "sink", s) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	// What kubewire observed: every version any run wrote to stdout.
+	observed := map[string]bool{}
+	for _, out := range outs {
+		for _, ev := range out() {
+			observed[apptest.Ext(ev, encoding.ExtPartitionKey)+"@"+apptest.Ext(ev, encoding.ExtResourceVersion)] = true
+		}
+	}
+	bound := int64(crashSpool) + spool.FileBytes(crashSpool) + 64<<10
+	maxDisk := map[string]int64{}
+	for _, k := range kills {
+		for _, s := range crashSinks {
+			maxDisk[s] = max(maxDisk[s], k.diskBytes[s])
+			if k.diskBytes[s] > bound {
+				t.Errorf("%s: cycle %d (%s): the spool directory held %d bytes, over its bound of %d (maxBytes %d, one %d-byte file, 64 KiB of metadata)",
+					s, k.cycle, k.moment, k.diskBytes[s], bound, crashSpool, spool.FileBytes(crashSpool))
+			}
+		}
+	}
+
+	// The stdout files stand for what kubewire observed. A version
+	// written well inside a span in which a run was known to be
+	// watching must be among them; if not, the oracle is wrong (or
+	// the informer skipped a change), and the lost counts below with it.
+	unseen := wg.lostVersions(nil, observed).unseen
+	var unseenWatched []lostVersion
+	for _, v := range unseen {
+		for _, w := range watched {
+			if v.at.After(w[0].Add(crashLatency)) && v.at.Before(w[1].Add(-crashLatency)) {
+				unseenWatched = append(unseenWatched, v)
+				break
+			}
+		}
+	}
+	t.Logf("%d versions were written while no kubewire watched and changed again before the next one listed (never observed)", len(unseen))
+	if len(unseenWatched) > 0 {
+		t.Errorf("%d versions written while a run was watching were never observed: %v", len(unseenWatched), lostSet{versions: unseenWatched}.describe(10))
+	}
+	var summary []string
+	for _, sink := range crashSinks {
+		rep := verifyUntilSettled(t, cfg, sink)
+		for _, rr := range rep.Resources {
+			if len(rr.Divergent) > 0 {
+				t.Errorf("%s: the final view differs from the cluster: %v", sink, rr.Divergent)
+			}
+		}
+		recs := readPartitioned(t, cfg, sink)
+		evs := make([]event.Event, len(recs))
+		for i, r := range recs {
+			evs[i] = r.ev
+		}
+		order, checked := wg.outOfOrder(evs)
+		if checked == 0 {
+			t.Errorf("%s: no event carried a version the test wrote", sink)
+		}
+		for _, v := range rep.OrderViolations {
+			t.Errorf("%s: order violation (verify): %s", sink, v)
+		}
+		for _, v := range order {
+			t.Errorf("%s: order violation (write order): %s", sink, v)
+		}
+		falseDeletes, markers := checkSnapshots(recs)
+		for _, f := range falseDeletes {
+			t.Errorf("%s: false delete: %s", sink, f)
+		}
+		lost := wg.lostVersions(evs, observed)
+		var reported, tolerance float64
+		for _, k := range kills {
+			reported += k.memory[sink]
+			tolerance += float64(k.arrivals)
+		}
+		perKill := attribute(lost, kills)
+		for i, k := range kills {
+			t.Logf("%s: kill %d (%s): %d lost versions written before it (since the previous kill); reported in memory %.0f, %d arrivals", sink, k.cycle, k.moment, perKill[i], k.memory[sink], k.arrivals)
+		}
+		if perKill[len(kills)] > 0 {
+			t.Errorf("%s: %d versions written after the last kill are missing: %v", sink, perKill[len(kills)], lost.afterLast(kills))
+		}
+		if float64(lost.n) > reported+tolerance {
+			t.Errorf("%s: %d observed versions lost, more than the %.0f kubewire reported in memory at its kills plus %.0f written around the scrapes: %v",
+				sink, lost.n, reported, tolerance, lost.describe(10))
+		}
+		line := fmt.Sprintf("%s: %d changes written, %d events (%d duplicates), %d+%d order violations, %d false deletes (%d markers complete, %d incomplete), %d lost of %d missing (%d never observed, %d declared conflated) vs %.0f in memory at the kills + %.0f arrivals, max spool dir %d KB (bound %d KB)",
+			sink, wg.changes.Load(), rep.Events, rep.Duplicates, len(rep.OrderViolations), len(order), len(falseDeletes), markers.complete, markers.incomplete,
+			lost.n, lost.missing, lost.unobserved, lost.conflated, reported, tolerance, maxDisk[sink]>>10, bound>>10)
+		summary = append(summary, line)
+		record(fmt.Sprintf("crash cycles (seed %d, %d cycles; %s)", seed, cycles, line), wg.changes.Load(), rep.Events, rep.Duplicates, len(rep.OrderViolations)+len(order)+len(falseDeletes))
+	}
+	t.Logf("SUMMARY crash consistency: seed %d, %d cycles [%s]; %s", seed, cycles, strings.Join(moments, " "), strings.Join(summary, "; "))
+	if t.Failed() {
+		for _, r := range runs {
+			for _, line := range strings.Split(p.stderr[r].String(), "\n") {
+				if strings.Contains(line, "incomplete") || strings.Contains(line, "spool") && (strings.Contains(line, "WARN") || strings.Contains(line, "ERROR")) {
+					t.Logf("%s: %s", r, line)
+				}
+			}
+		}
+	}
+}
+
+// crashConfig routes ns's ConfigMaps to Kafka, JetStream and stdout with a
+// small memory buffer, a spool of crashSpool bytes per broker sink, and
+// snapshots every 10 s.
+func crashConfig(ns, kafkaAddr, natsURL, spoolDir string) string {
+	yaml := brokerConfig(ns, kafkaAddr, natsURL,
+		fmt.Sprintf("dispatch: {bufferEvents: %d, drainTimeout: 10s, spoolDir: %q}\n", crashBuffer, spoolDir), withStdout)
+	yaml = strings.Replace(yaml, "sinks: [kafka", fmt.Sprintf("snapshotInterval: %s, sinks: [kafka", snapshotEvery), 1)
+	for _, typ := range []string{"kafka", "nats"} {
+		yaml = strings.Replace(yaml, "    type: "+typ+"\n", fmt.Sprintf("    type: %s\n    overflow: spool\n    spool: {maxBytes: %d}\n", typ, crashSpool), 1)
+	}
+	return yaml
+}
+
+// metricsText is a scrape of /metrics.
+type metricsText string
+
+func scrape(url string) (metricsText, bool) {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", false
+	}
+	return metricsText(b), true
+}
+
+// get returns the value of the sample of name whose label has value (the
+// first sample of name if label is ""), or 0.
+func (m metricsText) get(name, label, value string) float64 {
+	sc := bufio.NewScanner(strings.NewReader(string(m)))
+	sc.Buffer(nil, 1<<20)
+	want := label + `="` + value + `"`
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") || label != "" && !strings.Contains(line, want) {
+			continue
+		}
+		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			return f
+		}
+	}
+	return 0
+}
+
+// writtenBetween counts the versions the churn wrote in [from, to].
+func (c *churner) writtenBetween(from, to time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, ts := range c.at {
+		for _, at := range ts {
+			if !at.Before(from) && !at.After(to) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// lostSet is the versions a sink lacks although kubewire observed them and
+// no conflated event declares them folded.
+type lostSet struct {
+	n, missing, unobserved, conflated int
+	versions                          []lostVersion
+	// unseen are the versions no run observed.
+	unseen []lostVersion
+}
+
+type lostVersion struct {
+	key string
+	pos int
+	rv  string
+	at  time.Time
+}
+
+// lostVersions compares what the churn wrote with a sink's events. A
+// version missing from the sink is not lost if kubewire never observed it
+// (written while no kubewire ran, and changed again before the next one
+// listed) or if a conflated event of its key declares it: an event with
+// conflated=N stands for the N versions before its own.
+func (c *churner) lostVersions(evs []event.Event, observed map[string]bool) lostSet {
+	missing := c.missing(evs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	declared := map[string]map[int]bool{}
+	for _, ev := range evs {
+		n, err := strconv.Atoi(apptest.Ext(ev, encoding.ExtConflated))
+		if err != nil || n <= 0 {
+			continue
+		}
+		k := apptest.Ext(ev, encoding.ExtPartitionKey)
+		rv := apptest.Ext(ev, encoding.ExtResourceVersion)
+		for i, w := range c.written[k] {
+			if w != rv {
+				continue
+			}
+			if declared[k] == nil {
+				declared[k] = map[int]bool{}
+			}
+			for j := max(i-n, 0); j < i; j++ {
+				declared[k][j] = true
+			}
+		}
+	}
+	var out lostSet
+	for k, pos := range missing {
+		for _, i := range pos {
+			out.missing++
+			switch rv := c.written[k][i]; {
+			case !observed[k+"@"+rv]:
+				out.unobserved++
+				out.unseen = append(out.unseen, lostVersion{key: k, pos: i, rv: rv, at: c.at[k][i]})
+			case declared[k][i]:
+				out.conflated++
+			default:
+				out.n++
+				out.versions = append(out.versions, lostVersion{key: k, pos: i, rv: rv, at: c.at[k][i]})
+			}
+		}
+	}
+	sort.Slice(out.versions, func(i, j int) bool { return out.versions[i].at.Before(out.versions[j].at) })
+	return out
+}
+
+func (l lostSet) describe(n int) string {
+	var parts []string
+	for i, v := range l.versions {
+		if i == n {
+			parts = append(parts, fmt.Sprintf("and %d more", len(l.versions)-n))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s #%d (rv %s, written %s)", v.key, v.pos, v.rv, v.at.Format("15:04:05.000")))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (l lostSet) afterLast(kills []crashKill) string {
+	var after lostSet
+	for _, v := range l.versions {
+		if v.at.After(kills[len(kills)-1].at) {
+			after.versions = append(after.versions, v)
+		}
+	}
+	return after.describe(10)
+}
+
+// attribute counts lost versions by the first kill after they were
+// written; the last slot counts those written after every kill. A version
+// read back from the spool may be lost at a later kill than this, so the
+// counts are for the log, and the assertion is on their sum.
+func attribute(l lostSet, kills []crashKill) []int {
+	out := make([]int, len(kills)+1)
+	for _, v := range l.versions {
+		i := sort.Search(len(kills), func(i int) bool { return !kills[i].at.Before(v.at) })
+		out[i]++
+	}
+	return out
+}
+
+// partitioned is an event and the partition it was read from ("" for a
+// stream).
+type partitioned struct {
+	part string
+	ev   event.Event
+}
+
+// readPartitioned reads a sink's events in order, partition by partition.
+func readPartitioned(t *testing.T, cfg *config.Config, sink string) []partitioned {
+	t.Helper()
+	sc, _ := cfg.Sink(sink)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out []partitioned
+	var err error
+	switch blk := sc.Block.(type) {
+	case *kafka.Config:
+		topic := kafka.TopicName(blk.Topic, cfg.Cluster, "", "v1", "configmaps")
+		err = kafka.ReadTopic(ctx, blk, topic, func(r kafka.Record) error {
+			if r.Event != nil {
+				out = append(out, partitioned{part: strconv.Itoa(r.Partition), ev: *r.Event})
+			}
+			return nil
+		})
+	case *nats.Config:
+		err = nats.ReadStream(ctx, blk, func(ev *event.Event) error {
+			out = append(out, partitioned{ev: *ev})
+			return nil
+		})
+	}
+	if err != nil {
+		t.Fatalf("read %s: %v", sink, err)
+	}
+	return out
+}
+
+type markerCounts struct{ complete, incomplete int }
+
+// checkSnapshots applies the consumer's snapshot rule (docs/events.md) to
+// the events of one sink, partition by partition, and returns what would
+// make a consumer delete a live object: a completed marker without
+// incomplete whose snapshot lacks records (fewer keys with a synced record
+// of it than its count, unless a conflated event in the window stands for
+// the folded record), or whose window would prune a key that has a synced
+// record of the snapshot outside it.
+func checkSnapshots(recs []partitioned) (problems []string, markers markerCounts) {
+	type window struct{ start int }
+	type lastEv struct {
+		seq     int
+		deleted bool
+	}
+	windows := map[string]window{}         // partition|snapshot -> window
+	last := map[string]map[string]lastEv{} // partition -> key -> its last event
+	synced := map[string]map[string]bool{} // snapshot -> keys with a synced record of it
+	for _, r := range recs {
+		if r.ev.Type() == encoding.TypeSynced {
+			sid := apptest.Ext(r.ev, encoding.ExtSnapshotID)
+			if synced[sid] == nil {
+				synced[sid] = map[string]bool{}
+			}
+			synced[sid][apptest.Ext(r.ev, encoding.ExtPartitionKey)] = true
+		}
+	}
+	type verdict struct {
+		count     int
+		covered   map[string]bool // keys without a synced record that a conflated event in the window stands for
+		outside   []string
+		pruned    bool
+		seenID    bool
+		incomplet bool
+	}
+	snaps := map[string]*verdict{}
+	seq := 0
+	for _, r := range recs {
+		seq++
+		ev := r.ev
+		sid := apptest.Ext(ev, encoding.ExtSnapshotID)
+		key := apptest.Ext(ev, encoding.ExtPartitionKey)
+		switch ev.Type() {
+		case encoding.TypeSnapshotStarted:
+			windows[r.part+"|"+sid] = window{start: seq}
+			continue
+		case encoding.TypeSnapshotCompleted:
+			v := snaps[sid]
+			if v == nil {
+				v = &verdict{covered: map[string]bool{}}
+				snaps[sid] = v
+			}
+			_, incomplete := ev.Extensions()[encoding.ExtIncomplete]
+			if !v.seenID {
+				v.seenID = true
+				if incomplete {
+					markers.incomplete++
+				} else {
+					markers.complete++
+				}
+			}
+			w, ok := windows[r.part+"|"+sid]
+			if !ok {
+				continue // unmatched: prunes nothing
+			}
+			delete(windows, r.part+"|"+sid)
+			if incomplete {
+				v.incomplet = true
+				continue
+			}
+			v.pruned = true
+			v.count = snapshotCount(ev)
+			for k, l := range last[r.part] {
+				if l.seq < w.start && !l.deleted && synced[sid][k] {
+					v.outside = append(v.outside, k)
+				}
+			}
+			for _, cr := range recs[w.start : seq-1] {
+				if cr.part != r.part {
+					continue
+				}
+				ck := apptest.Ext(cr.ev, encoding.ExtPartitionKey)
+				if _, c := cr.ev.Extensions()[encoding.ExtConflated]; c && !synced[sid][ck] {
+					v.covered[ck] = true
+				}
+			}
+			continue
+		}
+		if last[r.part] == nil {
+			last[r.part] = map[string]lastEv{}
+		}
+		last[r.part][key] = lastEv{seq: seq, deleted: ev.Type() == encoding.TypeDeleted}
+	}
+	ids := make([]string, 0, len(snaps))
+	for id := range snaps {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		v := snaps[id]
+		if !v.pruned {
+			continue
+		}
+		if have := len(synced[id]) + len(v.covered); have < v.count {
+			problems = append(problems, fmt.Sprintf("snapshot %s: completed without incomplete, count %d, but only %d keys have a synced record of it (%d more stand for folded ones)",
+				id, v.count, len(synced[id]), len(v.covered)))
+		}
+		if len(v.outside) > 0 {
+			sort.Strings(v.outside)
+			problems = append(problems, fmt.Sprintf("snapshot %s: its completed marker prunes %v, whose synced records lie outside its window", id, v.outside))
+		}
+	}
+	return problems, markers
+}
+
+func snapshotCount(ev event.Event) int {
+	var m encoding.SnapshotMarker
+	if err := ev.DataAs(&m); err != nil || m.Count == nil {
+		return 0
+	}
+	return *m.Count
+}
+
+// verifyUntilSettled polls verify until the sink's view equals the cluster,
+// and returns the report; unlike verifyUntilConverged it returns order
+// violations (which do not go away) for the caller to report with the rest.
+func verifyUntilSettled(t *testing.T, cfg *config.Config, sink string) *verify.Report {
+	t.Helper()
+	var rep *verify.Report
+	var lastErr error
+	settled := func() bool {
+		r, err := verify.Run(context.Background(), verify.Options{Config: cfg, Sink: sink, REST: cluster.RESTConfig(testcluster.AdminUser)})
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		rep = r
+		for _, rr := range r.Resources {
+			if len(rr.Divergent) > 0 {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for !settled() && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond) // a poll interval
+	}
+	if rep == nil {
+		t.Fatalf("%s: verify never ran: %v", sink, lastErr)
+	}
+	return rep
+}
