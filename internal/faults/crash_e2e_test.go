@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -375,6 +377,29 @@ func TestE2ECrashCyclesOfSIGKILLLoseOnlyWhatMemoryHeldAndNeverPruneALiveObject(t
 		}
 		for _, v := range order {
 			t.Errorf("%s: order violation (write order): %s", sink, v)
+		}
+		// Each violating key's events as the sink holds them, to tell a
+		// replayed run of events (a non-adjacent duplicate) from a
+		// reordering.
+		shown := map[string]bool{}
+		for _, v := range order {
+			key := v[:strings.IndexByte(v, ':')]
+			if shown[key] || len(shown) == 3 {
+				continue
+			}
+			shown[key] = true
+			id := v[strings.Index(v, " (")+2 : strings.Index(v, ") came")]
+			var seq []string
+			at := 0
+			for i, r := range recs {
+				if apptest.Ext(r.ev, encoding.ExtPartitionKey) == key && r.ev.Type() != encoding.TypeSnapshotStarted && r.ev.Type() != encoding.TypeSnapshotCompleted {
+					if r.ev.ID() == id {
+						at = len(seq)
+					}
+					seq = append(seq, fmt.Sprintf("#%d p%s %s", i, r.part, r.ev.ID()))
+				}
+			}
+			t.Logf("%s: %s in the sink, around the violation: %s", sink, key, strings.Join(seq[max(at-8, 0):min(at+4, len(seq))], ", "))
 		}
 		falseDeletes, markers := checkSnapshots(recs)
 		for _, f := range falseDeletes {
@@ -877,4 +902,60 @@ func verifyUntilSettled(t *testing.T, cfg *config.Config, sink string) *verify.R
 		t.Fatalf("%s: verify never ran: %v", sink, lastErr)
 	}
 	return rep
+}
+
+// A SIGKILL leaves a spool's files as they are at that instant. go-diskqueue
+// keeps a segment's read position in its metadata file, rewritten only when
+// it syncs (once a second with fsync: interval); repairSegment recomputes
+// the write side from the data files but takes the read position from that
+// file. Records read back (and, while draining, delivered) in the last
+// second before a kill are therefore read again by the next start. The test
+// copies the spool's directory right after records were read, as a kill
+// would leave it, and opens the copy.
+func TestE2ECrashSpoolKilledJustAfterReadingRecordsBackDoesNotReadThemAgain(t *testing.T) {
+	dir := t.TempDir()
+	live, killed := filepath.Join(dir, "live"), filepath.Join(dir, "killed")
+	var n atomic.Int64
+	sp, err := spool.Open(spool.Options{Dir: live, MaxBytes: crashSpool, Fsync: config.FsyncInterval}, slog.Default(), &n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	for i := range 100 {
+		if err := sp.Put([]byte(fmt.Sprintf("record-%03d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The records are on disk and the metadata says so (its first line is
+	// the depth): a kill from here on keeps all 100.
+	testkit.Eventually(t, "the spool's metadata to record the 100 records", func() bool {
+		b, _ := os.ReadFile(filepath.Join(live, fmt.Sprintf("seg-%d.diskqueue.meta.dat", int64(1)<<40)))
+		return strings.HasPrefix(string(b), "100\n")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 50 {
+		if _, err := sp.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// SIGKILL now: the files as they are.
+	if err := os.CopyFS(killed, os.DirFS(live)); err != nil {
+		t.Fatal(err)
+	}
+	var m atomic.Int64
+	again, err := spool.Open(spool.Options{Dir: killed, MaxBytes: crashSpool, Fsync: config.FsyncInterval}, slog.Default(), &m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	first, err := again.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after the kill: depth %d (want 50), first record %q (want record-050)", again.Depth()+1, first)
+	if string(first) != "record-050" {
+		t.Errorf("a spool killed right after 50 of its 100 records were read back reads %q first, and %d records in all: the records read before the kill come out again, after newer events of their keys were delivered",
+			first, again.Depth()+1)
+	}
 }
