@@ -70,6 +70,21 @@ func (m crashMoment) String() string {
 
 var crashSinks = []string{"kafka", "js"}
 
+// momentCounts says how many kills each moment had, for the fault table.
+func momentCounts(moments []string) string {
+	n := map[string]int{}
+	for _, m := range moments {
+		n[m]++
+	}
+	var out []string
+	for m := duringOutage; m <= duringSnapshot; m++ {
+		if n[m.String()] > 0 {
+			out = append(out, fmt.Sprintf("%d %s", n[m.String()], m))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
 // crashKill is what the test knew about kubewire at one SIGKILL.
 type crashKill struct {
 	cycle  int
@@ -447,7 +462,7 @@ func TestE2ECrashCyclesOfSIGKILLLoseOnlyWhatMemoryHeldAndNeverPruneALiveObject(t
 			sink, wg.changes.Load(), rep.Events, rep.Duplicates, len(rep.OrderViolations), len(order), len(falseDeletes), markers.complete, markers.incomplete,
 			lost.n, reported, tolerance, all.missing, all.unobserved, all.conflated, folded.n, folds, maxDisk[sink]>>10, bound>>10)
 		summary = append(summary, line)
-		record(fmt.Sprintf("crash cycles (seed %d, %d cycles; %s)", seed, cycles, line), wg.changes.Load(), rep.Events, rep.Duplicates, len(rep.OrderViolations)+len(order)+len(falseDeletes))
+		record(fmt.Sprintf("crash cycles (seed %d, %d cycles: %s; %s)", seed, cycles, momentCounts(moments), line), wg.changes.Load(), rep.Events, rep.Duplicates, len(rep.OrderViolations)+len(order)+len(falseDeletes))
 	}
 	t.Logf("SUMMARY crash consistency: seed %d, %d cycles [%s]; %s", seed, cycles, strings.Join(moments, " "), strings.Join(summary, "; "))
 	if t.Failed() {
