@@ -133,6 +133,11 @@ func churn(ns string, stop <-chan struct{}) *churner {
 
 // churnEvery is churn with one write attempt per tick.
 func churnEvery(ns string, stop <-chan struct{}, tick time.Duration) *churner {
+	return churnObjects(ns, stop, tick, 20)
+}
+
+// churnObjects is churnEvery over the given number of ConfigMap names.
+func churnObjects(ns string, stop <-chan struct{}, tick time.Duration, objects int) *churner {
 	wg := &churner{}
 	wg.Add(1)
 	go func() {
@@ -147,7 +152,7 @@ func churnEvery(ns string, stop <-chan struct{}, tick time.Duration) *churner {
 				return
 			case <-pace.C:
 			}
-			name := fmt.Sprintf("cm-%d", i%20)
+			name := fmt.Sprintf("cm-%d", i%objects)
 			switch i % 3 {
 			case 0:
 				cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
@@ -160,7 +165,7 @@ func churnEvery(ns string, stop <-chan struct{}, tick time.Duration) *churner {
 				}
 			case 2:
 				if i%6 == 2 {
-					wg.ok(cms.Delete(ctx, fmt.Sprintf("cm-%d", (i+7)%20), metav1.DeleteOptions{}))
+					wg.ok(cms.Delete(ctx, fmt.Sprintf("cm-%d", (i+7)%objects), metav1.DeleteOptions{}))
 				}
 			}
 		}
@@ -178,6 +183,8 @@ type churner struct {
 	// written is, per key, the resourceVersions the apiserver returned for
 	// the churn's creates and updates, in the order they were written.
 	written map[string][]string
+	// at is, per key, when each of written's versions was acknowledged.
+	at map[string][]time.Time
 }
 
 func (c *churner) wrote(ns string, cm *corev1.ConfigMap, err error) {
@@ -189,9 +196,11 @@ func (c *churner) wrote(ns string, cm *corev1.ConfigMap, err error) {
 	defer c.mu.Unlock()
 	if c.written == nil {
 		c.written = map[string][]string{}
+		c.at = map[string][]time.Time{}
 	}
 	k := "configmaps/" + ns + "/" + cm.Name
 	c.written[k] = append(c.written[k], cm.ResourceVersion)
+	c.at[k] = append(c.at[k], time.Now())
 }
 
 // checkOrder asserts that, for every key, the events of the stream follow
@@ -199,6 +208,19 @@ func (c *churner) wrote(ns string, cm *corev1.ConfigMap, err error) {
 // version written later never comes out before one written earlier.
 func (c *churner) checkOrder(t *testing.T, evs []event.Event) {
 	t.Helper()
+	bad, checked := c.outOfOrder(evs)
+	if len(bad) > 0 {
+		t.Fatal(bad[0])
+	}
+	if checked == 0 {
+		t.Fatal("no event carried a version the test wrote; the order check checked nothing")
+	}
+}
+
+// outOfOrder is checkOrder's finding: every event that carries a version
+// written before one its key already came out with, and how many events
+// carried a version the test wrote.
+func (c *churner) outOfOrder(evs []event.Event) (bad []string, checked int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	pos := map[string]map[string]int{}
@@ -209,7 +231,6 @@ func (c *churner) checkOrder(t *testing.T, evs []event.Event) {
 		}
 	}
 	last := map[string]int{}
-	checked := 0
 	for _, ev := range evs {
 		k := apptest.Ext(ev, encoding.ExtPartitionKey)
 		i, ok := pos[k][apptest.Ext(ev, encoding.ExtResourceVersion)]
@@ -217,14 +238,12 @@ func (c *churner) checkOrder(t *testing.T, evs []event.Event) {
 			continue // a delete, a marker, or a version written before the churn
 		}
 		if p, seen := last[k]; seen && i < p {
-			t.Fatalf("%s: version #%d (%s) came out after version #%d", k, i, ev.ID(), p)
+			bad = append(bad, fmt.Sprintf("%s: version #%d (%s) came out after version #%d", k, i, ev.ID(), p))
 		}
-		last[k] = i
+		last[k] = max(last[k], i)
 		checked++
 	}
-	if checked == 0 {
-		t.Fatal("no event carried a version the test wrote; the order check checked nothing")
-	}
+	return bad, checked
 }
 
 // missing returns, per key, the positions (in write order) of the versions
@@ -432,6 +451,9 @@ var (
 // test cluster, each writing its stdout sink to a file.
 type procs struct {
 	dir, kubeconfig, config string
+	// stderr is each run's log, by its output file name, for tests that
+	// report what kubewire said.
+	stderr map[string]*testkit.Buffer
 }
 
 func newProcs(t *testing.T, ns string) *procs {
@@ -507,6 +529,10 @@ func (p *procs) start(t *testing.T, out string, flags ...string) (*exec.Cmd, fun
 	cmd.Stdout = f
 	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
+	if p.stderr == nil {
+		p.stderr = map[string]*testkit.Buffer{}
+	}
+	p.stderr[out] = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
