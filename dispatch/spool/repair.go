@@ -67,16 +67,24 @@ func segmentNames(dir string) ([]int64, error) {
 
 // repairSegment rewrites the metadata of segment name in dir to match its
 // data files, and returns the bytes of its unread records (with their
-// length prefixes).
-func repairSegment(dir, name string) (unread int64, err error) {
+// length prefixes) and the read position it settled on. The read position
+// is the later of the library's and the spool's own cursor (cursor.go).
+func repairSegment(dir, name string) (unread int64, at position, err error) {
 	var m segmentMeta
 	if b, err := os.ReadFile(metaPath(dir, name)); err == nil {
 		if _, err := fmt.Sscanf(string(b), "%d\n%d,%d\n%d,%d\n", &m.depth, &m.readFileNum, &m.readPos, &m.writeFileNum, &m.writePos); err != nil {
-			return 0, fmt.Errorf("spool segment %s: metadata: %w", name, err)
+			return 0, at, fmt.Errorf("spool segment %s: metadata: %w", name, err)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return 0, err
+		return 0, at, err
 	}
+	if c, ok := readCursor(dir, name); ok && c.after(position{m.readFileNum, m.readPos}) {
+		m.readFileNum, m.readPos = c.file, c.pos
+	}
+	// Files before the read position were read whole; the library removes
+	// a file only as its reader leaves it, so one the cursor passed may be
+	// left behind.
+	removeBefore(dir, name, m.readFileNum)
 	var nums []int64
 	files, _ := filepath.Glob(filepath.Join(dir, name+".diskqueue.*.dat"))
 	for _, f := range files {
@@ -99,13 +107,13 @@ func repairSegment(dir, name string) (unread int64, err error) {
 		}
 		count, end, err := countRecords(dataPath(dir, name, n), from)
 		if err != nil {
-			return 0, fmt.Errorf("spool segment %s: %w", name, err)
+			return 0, at, fmt.Errorf("spool segment %s: %w", name, err)
 		}
 		if i == len(nums)-1 {
 			// The tail of the last file may be a record cut short by the
 			// kill; it was never acknowledged as spooled, so drop it.
 			if err := os.Truncate(dataPath(dir, name, n), end); err != nil {
-				return 0, err
+				return 0, at, err
 			}
 		}
 		m.depth += count
@@ -115,9 +123,9 @@ func repairSegment(dir, name string) (unread int64, err error) {
 	tmp := metaPath(dir, name) + ".repair.tmp"
 	data := fmt.Sprintf("%d\n%d,%d\n%d,%d\n", m.depth, m.readFileNum, m.readPos, m.writeFileNum, m.writePos)
 	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
-		return 0, err
+		return 0, at, err
 	}
-	return unread, os.Rename(tmp, metaPath(dir, name))
+	return unread, position{m.readFileNum, m.readPos}, os.Rename(tmp, metaPath(dir, name))
 }
 
 // countRecords counts the complete records of a data file from offset from,

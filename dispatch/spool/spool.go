@@ -86,6 +86,8 @@ type Spool struct {
 	ready chan struct{}
 	// put has a value after a record was added: it wakes Wait.
 	put chan struct{}
+	// cursorErr: a failure to save a read position was logged.
+	cursorErr bool
 }
 
 type segment struct {
@@ -94,6 +96,8 @@ type segment struct {
 	// readEnd is set, on the queue's own goroutine, when its last read
 	// error was the end of a file read whole (see logf).
 	readEnd bool
+	// rd follows the read position; the spool's reader only (cursor.go).
+	rd reader
 }
 
 // Open opens (or creates) the spool in opt.Dir, with whatever a
@@ -109,12 +113,16 @@ func Open(opt Options, log *slog.Logger, bytes *atomic.Int64) (*Spool, error) {
 		return nil, err
 	}
 	for _, g := range gens {
-		unread, err := repairSegment(opt.Dir, fmt.Sprintf("seg-%d", g))
+		unread, at, err := repairSegment(opt.Dir, fmt.Sprintf("seg-%d", g))
+		if err != nil {
+			return nil, err
+		}
+		seg, err := s.newSegment(g, &at)
 		if err != nil {
 			return nil, err
 		}
 		s.bytes.Add(unread)
-		s.segs = append(s.segs, s.newSegment(g))
+		s.segs = append(s.segs, seg)
 	}
 	if len(s.segs) > 0 {
 		close(s.ready)
@@ -122,7 +130,9 @@ func Open(opt Options, log *slog.Logger, bytes *atomic.Int64) (*Spool, error) {
 	return s, nil
 }
 
-func (s *Spool) newSegment(gen int64) *segment {
+// newSegment opens segment gen: one that repair left reading at *at, or,
+// with at nil, a new one.
+func (s *Spool) newSegment(gen int64, at *position) (*segment, error) {
 	every, interval := int64(1), time.Second
 	switch s.opt.Fsync {
 	case config.FsyncAlways:
@@ -133,8 +143,19 @@ func (s *Spool) newSegment(gen int64) *segment {
 	}
 	name := fmt.Sprintf("seg-%d", gen)
 	g := &segment{gen: gen}
+	start := position{}
+	if at != nil {
+		start = *at
+	} else if err := os.Remove(cursorPath(s.opt.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// A cursor left by an earlier segment of this number would
+		// skip records of the new one at the next repair.
+		return nil, fmt.Errorf("spool cursor: %w", err)
+	}
+	if err := g.rd.open(s.opt.Dir, name, start); err != nil {
+		return nil, err
+	}
 	g.q = diskqueue.New(name, s.opt.Dir, FileBytes(s.opt.MaxBytes), 1, spoolMaxRecord, every, interval, g.logf(s))
-	return g
+	return g, nil
 }
 
 // Dir is the directory the spool lives in.
@@ -147,7 +168,12 @@ func (s *Spool) Full() bool { return s.bytes.Load() >= s.opt.MaxBytes }
 func (s *Spool) Put(rec []byte) error {
 	s.mu.Lock()
 	if len(s.segs) == 0 {
-		s.segs = append(s.segs, s.newSegment(firstGen))
+		seg, err := s.newSegment(firstGen, nil)
+		if err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		s.segs = append(s.segs, seg)
 		close(s.ready)
 	}
 	tail := s.segs[len(s.segs)-1]
@@ -211,11 +237,17 @@ func (s *Spool) Next(ctx context.Context) ([]byte, error) {
 				s.log.Warn("spool: removing a drained segment", "err", err)
 			}
 			_ = head.q.Delete()
+			head.rd.close(true)
 			continue
 		}
 		select {
 		case rec := <-head.q.ReadChan():
 			s.bytes.Add(-int64(len(rec)) - 4)
+			if err := head.rd.took(len(rec)); err != nil && !s.cursorErr {
+				// Only a position that may lag, as the library's does.
+				s.cursorErr = true
+				s.log.Warn("spool: cannot save the read position; after a crash, records read since the last sync may be delivered again", "dir", s.opt.Dir, "err", err)
+			}
 			return rec, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -235,7 +267,10 @@ func (s *Spool) Prepend(recs [][]byte) error {
 		gen = s.segs[0].gen - 1
 	}
 	s.mu.Unlock()
-	g := s.newSegment(gen)
+	g, err := s.newSegment(gen, nil)
+	if err != nil {
+		return err
+	}
 	var errs []error
 	for _, r := range recs {
 		if err := g.q.Put(r); err != nil {
@@ -245,6 +280,7 @@ func (s *Spool) Prepend(recs [][]byte) error {
 		s.bytes.Add(int64(len(r)) + 4)
 	}
 	errs = append(errs, g.q.Close())
+	g.rd.close(false)
 	return errors.Join(errs...)
 }
 
@@ -255,6 +291,7 @@ func (s *Spool) Close() error {
 	var errs []error
 	for _, g := range s.segs {
 		errs = append(errs, g.q.Close())
+		g.rd.close(false)
 	}
 	return errors.Join(errs...)
 }
