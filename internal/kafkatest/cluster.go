@@ -58,8 +58,9 @@ func StartCluster(t testing.TB, n int, props map[string]string) *Cluster {
 	ports := make([]int, n)
 	cports := make([]int, n)
 	var voters []string
+	free := testkit.FreePorts(t, 2*n)
 	for i := range n {
-		ports[i], cports[i] = testkit.FreePort(t), testkit.FreePort(t)
+		ports[i], cports[i] = free[2*i], free[2*i+1]
 		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", i+1, cports[i]))
 	}
 	rf := strconv.Itoa(min(n, 3))

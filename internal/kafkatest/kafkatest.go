@@ -161,7 +161,8 @@ func StartWith(t testing.TB, o Options) *Broker {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	port, cport := testkit.FreePort(t), testkit.FreePort(t)
+	ps := testkit.FreePorts(t, 2)
+	port, cport := ps[0], ps[1]
 	b := &Broker{
 		Addr:  "127.0.0.1:" + strconv.Itoa(port),
 		Libs:  libs,

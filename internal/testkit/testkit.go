@@ -58,6 +58,23 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// FreePorts returns n distinct free ports. Calling FreePort n times can
+// give the same port twice, as each listener is closed before the next is
+// opened; here every listener stays open until all n are chosen.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("finding a free port: %v", err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports
+}
+
 // Buffer is a goroutine-safe bytes.Buffer: a log destination a test reads
 // while what it runs still writes to it.
 type Buffer struct {
