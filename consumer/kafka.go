@@ -82,6 +82,9 @@ type KafkaSource struct {
 	// begun is set once an attempt recorded its start in the View: the
 	// next attempts start from the View's position.
 	begun bool
+	// applied is, per partition, the offset after the newest record this
+	// group member handed to the View, over all its attempts.
+	applied map[int]int64
 }
 
 // NewKafkaSource binds a source to v; v is not synced until Run caught up
@@ -105,7 +108,7 @@ func NewKafkaSource(v *View, cfg KafkaConfig) (*KafkaSource, error) {
 	if cfg.CommitInterval <= 0 {
 		cfg.CommitInterval = DefaultCommitInterval
 	}
-	return &KafkaSource{v: v, cfg: cfg, synced: v.addSource()}, nil
+	return &KafkaSource{v: v, cfg: cfg, synced: v.addSource(), applied: map[int]int64{}}, nil
 }
 
 // bounds is a partition's first and end offset when reading began.
@@ -289,7 +292,9 @@ func (c *groupCommits) add(m kafkago.Message) {
 	if c.n == 0 {
 		c.since = time.Now()
 	}
-	c.pending[m.Partition] = m
+	if p, ok := c.pending[m.Partition]; !ok || m.Offset > p.Offset {
+		c.pending[m.Partition] = m
+	}
 	c.n++
 }
 
@@ -333,9 +338,18 @@ func (s *KafkaSource) runGroup(ctx context.Context, track *catchUp) error {
 		if err != nil {
 			return s.stopped(ctx, err)
 		}
-		s.handle(m)
-		c.add(m)
 		track.read(m.Partition, m.Offset)
+		if next, ok := s.applied[m.Partition]; ok && m.Offset < next {
+			// Applied already: each generation of the group starts the
+			// partitions it assigns at their committed offsets, which
+			// trail what this member applied by the uncommitted tail,
+			// also for a partition it keeps (or gets back). Handlers
+			// must not see a record twice from one member.
+			continue
+		}
+		s.handle(m)
+		s.applied[m.Partition] = m.Offset + 1
+		c.add(m)
 		if c.n >= commitBatch || time.Since(c.since) >= s.cfg.CommitInterval {
 			if err := s.commitOrGiveUp(ctx, r, c); err != nil {
 				return err
