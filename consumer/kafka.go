@@ -21,8 +21,14 @@ type KafkaConfig struct {
 	Topic string
 	// GroupID, if set, reads as this consumer group: from its committed
 	// offsets (from the first offset of partitions it has none for), and
-	// commits each record after the View applied it.
+	// commits the records the View applied in batches: every 500 records,
+	// CommitInterval after the oldest uncommitted one was applied, and
+	// when Run stops.
 	GroupID string
+	// CommitInterval bounds how long a record applied by a group member
+	// waits for its commit, and so what a killed member's partitions
+	// read again. Default DefaultCommitInterval.
+	CommitInterval time.Duration
 	// Start, if set and GroupID is not, starts each partition at a stored
 	// position, as View.Position returns it (keyed by KafkaPartition).
 	// Partitions it does not name, and every partition when Start is nil,
@@ -76,6 +82,9 @@ type KafkaSource struct {
 	// begun is set once an attempt recorded its start in the View: the
 	// next attempts start from the View's position.
 	begun bool
+	// applied is, per partition, the offset after the newest record this
+	// group member handed to the View, over all its attempts.
+	applied map[int]int64
 }
 
 // NewKafkaSource binds a source to v; v is not synced until Run caught up
@@ -96,7 +105,10 @@ func NewKafkaSource(v *View, cfg KafkaConfig) (*KafkaSource, error) {
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = time.Second
 	}
-	return &KafkaSource{v: v, cfg: cfg, synced: v.addSource()}, nil
+	if cfg.CommitInterval <= 0 {
+		cfg.CommitInterval = DefaultCommitInterval
+	}
+	return &KafkaSource{v: v, cfg: cfg, synced: v.addSource(), applied: map[int]int64{}}, nil
 }
 
 // bounds is a partition's first and end offset when reading began.
@@ -249,26 +261,175 @@ func (s *KafkaSource) committed(ctx context.Context, starts map[int]int64) error
 	return nil
 }
 
+// A group member commits the offsets of the records its View applied a
+// batch at a time: a commit is a round trip to the group coordinator, which
+// writes it to an offsets topic replicated with acks=all, and one per record
+// capped a member at about 100 records/s on a 3-node cluster.
+const (
+	// commitBatch is the most records a member applies before it commits.
+	commitBatch = 500
+	// DefaultCommitInterval is the longest an applied record of a group
+	// waits for its commit, unless KafkaConfig.CommitInterval sets it.
+	DefaultCommitInterval = 500 * time.Millisecond
+	// commitTimeout bounds one commit: between two generations of the
+	// group no commit is answered, and reading must not wait for one.
+	commitTimeout = 10 * time.Second
+	// commitStuck is how long commits may fail in a row before the
+	// member gives up its place in the group and Run joins it again.
+	commitStuck = 30 * time.Second
+)
+
+// groupCommits holds, per partition, the newest record the View applied
+// and the group has not committed.
+type groupCommits struct {
+	pending map[int]kafkago.Message
+	n       int       // records applied since the last commit
+	since   time.Time // when the oldest of them was applied
+	failing time.Time // when the first of the failing commits in a row failed
+}
+
+func (c *groupCommits) add(m kafkago.Message) {
+	if c.n == 0 {
+		c.since = time.Now()
+	}
+	if p, ok := c.pending[m.Partition]; !ok || m.Offset > p.Offset {
+		c.pending[m.Partition] = m
+	}
+	c.n++
+}
+
 func (s *KafkaSource) runGroup(ctx context.Context, track *catchUp) error {
 	r := kafkago.NewReader(kafkago.ReaderConfig{
 		Brokers: s.cfg.Brokers, GroupID: s.cfg.GroupID, Topic: s.cfg.Topic, Dialer: s.cfg.Dialer,
 		IsolationLevel: kafkago.ReadCommitted, StartOffset: kafkago.FirstOffset, MaxWait: s.cfg.MaxWait,
 		OffsetOutOfRangeError: true,
-		// CommitInterval 0: CommitMessages commits synchronously, after
-		// the View applied the record.
+		// CommitInterval 0: CommitMessages is synchronous, so that a
+		// failed commit comes back here and is reported. The batching
+		// is this loop's (commitBatch, KafkaConfig.CommitInterval),
+		// not kafka-go's periodic commits, whose failures it only logs.
 	})
-	defer r.Close()
+	c := &groupCommits{pending: map[int]kafkago.Message{}}
+	defer func() {
+		// Leaving the group: commit what the View applied, so that the
+		// member that reads these partitions next does not apply it
+		// again. With a context of its own, as ctx may have ended.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout/2)
+		defer cancel()
+		if err := s.commit(fctx, r, c); err != nil && ctx.Err() == nil {
+			s.report(fmt.Errorf("consumer: commit of group %s on leaving: %w", s.cfg.GroupID, err), 0)
+		}
+		r.Close()
+	}()
 	for {
-		m, err := r.FetchMessage(ctx)
+		fctx, cancel := ctx, context.CancelFunc(func() {})
+		if c.n > 0 {
+			// Wait for more only until the oldest applied record is
+			// due for its commit.
+			fctx, cancel = context.WithDeadline(ctx, c.since.Add(s.cfg.CommitInterval))
+		}
+		m, err := r.FetchMessage(fctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && fctx.Err() != nil {
+			if err := s.commitOrGiveUp(ctx, r, c); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return s.stopped(ctx, err)
 		}
-		s.handle(m)
-		if err := r.CommitMessages(ctx, m); err != nil {
-			return s.stopped(ctx, err)
-		}
 		track.read(m.Partition, m.Offset)
+		if next, ok := s.applied[m.Partition]; ok && m.Offset < next {
+			// Applied already: each generation of the group starts the
+			// partitions it assigns at their committed offsets, which
+			// trail what this member applied by the uncommitted tail,
+			// also for a partition it keeps (or gets back). Handlers
+			// must not see a record twice from one member.
+			continue
+		}
+		s.handle(m)
+		s.applied[m.Partition] = m.Offset + 1
+		c.add(m)
+		if c.n >= commitBatch || time.Since(c.since) >= s.cfg.CommitInterval {
+			if err := s.commitOrGiveUp(ctx, r, c); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+// commit commits the offsets past the newest record the View applied of
+// each partition, and only those: at least once, a record is committed only
+// after every handler returned for it.
+func (s *KafkaSource) commit(ctx context.Context, r *kafkago.Reader, c *groupCommits) error {
+	if c.n == 0 {
+		return nil
+	}
+	msgs := make([]kafkago.Message, 0, len(c.pending))
+	for _, m := range c.pending {
+		msgs = append(msgs, m)
+	}
+	cctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	defer cancel()
+	if err := r.CommitMessages(cctx, msgs...); err != nil {
+		return err
+	}
+	clear(c.pending)
+	c.n, c.failing = 0, time.Time{}
+	return nil
+}
+
+// commitOrGiveUp commits, and rides out a failed commit the group recovers
+// from by itself: the coordinator moved (Not Coordinator For Group) or is
+// loading, a rebalance ended the generation, the connection broke. kafka-go
+// finds the new coordinator and joins the next generation with the same
+// member, and the offsets, still pending, go with the next commit. Joining
+// again as a new member would hand this member's partitions to another one
+// and back. A failure that will not pass (authorization, say), or commits
+// failing for commitStuck, end the attempt.
+func (s *KafkaSource) commitOrGiveUp(ctx context.Context, r *kafkago.Reader, c *groupCommits) error {
+	err := s.commit(ctx, r, c)
+	if err == nil || ctx.Err() != nil {
+		return s.stoppedIf(ctx, err)
+	}
+	err = fmt.Errorf("consumer: commit of group %s: %w", s.cfg.GroupID, err)
+	if c.failing.IsZero() {
+		c.failing = time.Now()
+	}
+	if !commitRetriable(err) || time.Since(c.failing) >= commitStuck {
+		return err
+	}
+	// The next try is one interval away, not at the next record.
+	c.since = time.Now()
+	s.report(err, s.cfg.CommitInterval)
+	return nil
+}
+
+// commitRetriable tells a commit failure the group recovers from by itself.
+func commitRetriable(err error) bool {
+	var kerr kafkago.Error
+	if !errors.As(err, &kerr) {
+		return true // the connection, or the commit's timeout
+	}
+	switch kerr {
+	case kafkago.IllegalGeneration, kafkago.UnknownMemberId, kafkago.RebalanceInProgress:
+		return true
+	}
+	return kerr.Temporary()
+}
+
+// report passes a failure Run rides out without a new attempt to OnError,
+// or logs it.
+func (s *KafkaSource) report(err error, retryIn time.Duration) {
+	newRetrier("topic "+s.cfg.Topic, s.cfg.OnError, s.cfg.MaxBackoff).report(err, retryIn)
+}
+
+// stoppedIf is stopped for a non-nil err.
+func (s *KafkaSource) stoppedIf(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	return s.stopped(ctx, err)
 }
 
 func (s *KafkaSource) runPartition(ctx context.Context, partition int, start int64, track *catchUp) error {

@@ -2,15 +2,20 @@ package consumer_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -125,5 +130,57 @@ func TestAStoredPositionPastTheTopicIsAGapAndTheSourceReadsOnFromTheFirstOffset(
 	checkViewAndInformer(t, v, scenarioHolds)
 	if st := v.Stats(); st.Gaps != 3 {
 		t.Errorf("%d gaps recorded, want one per partition", st.Gaps)
+	}
+}
+
+// A member of a consumer group that waited for the group coordinator's
+// answer to one commit per record could read only as fast as those round
+// trips (about 100 records/s against a real cluster, slower than kubewire
+// writes): it must commit what its View applied a batch at a time.
+func TestAGroupMemberCommitsWhatItsViewAppliedInBatchesNotOneCommitPerRecord(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var commits atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		commits.Add(1)
+		return nil, nil, false // counted, then handled by kfake as usual
+	})
+	addr := c.ListenAddrs()[0]
+	s, topic := kafkaSink(t, addr, config.ContentModeBinary)
+	const n = 600
+	changes := make([]*informer.Change, n)
+	for i := range changes {
+		changes[i] = sinktest.Change(informer.OpAdded, "team-a", fmt.Sprintf("cm-%d", i), i+1)
+	}
+	write(t, s, [][]*informer.Change{changes})
+
+	v := kafkaView(t, consumer.KafkaConfig{Brokers: []string{addr}, Topic: topic, GroupID: "batches"})
+	held := func() int {
+		objs, _ := v.List()
+		return len(objs)
+	}
+	cl := &kafkago.Client{Addr: kafkago.TCP(addr), Timeout: 5 * time.Second}
+	var committed int64
+	testkit.Within(t, 30*time.Second, "the group to commit every record", func() bool {
+		res, err := cl.OffsetFetch(context.Background(), &kafkago.OffsetFetchRequest{GroupID: "batches", Topics: map[string][]int{topic: {0, 1, 2}}})
+		if err != nil || res.Error != nil {
+			return false
+		}
+		committed = 0
+		for _, p := range res.Topics[topic] {
+			committed += max(0, p.CommittedOffset)
+		}
+		return committed == n
+	}, func() string { return fmt.Sprintf("%d of %d committed, %d applied", committed, n, held()) })
+	t.Logf("%d OffsetCommit requests for %d records", commits.Load(), n)
+	if got := commits.Load(); got > n/10 {
+		t.Errorf("%d OffsetCommit requests for %d records: want a commit per batch, at most %d", got, n, n/10)
+	}
+	if got := held(); got != n {
+		t.Errorf("the View holds %d objects, want %d", got, n)
 	}
 }
