@@ -3,9 +3,12 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -551,5 +554,66 @@ func TestASinkThatNeverConnectedSpoolsAtOnceAndShutdownDoesNotWaitForIt(t *testi
 		} else {
 			last[key(ev)] = rv
 		}
+	}
+}
+
+// At shutdown, what memory still holds is written to the spool ahead of
+// what is on disk. If that write fails, those events are lost; when they are
+// records of a snapshot whose completed marker is already on disk, the
+// marker must go out marked incomplete at the next start, or a consumer
+// prunes the objects whose records were lost. The failure is injected by a
+// directory standing where the new segment's first data file goes.
+func TestASnapshotRecordLostBecauseTheSpoolCannotBeWrittenAtShutdownMarksItsSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	opt := fastOptions()
+	opt.BufferEvents = 1000
+	opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	down := brokerDown()
+	d := dispatch.NewDispatcher("prepend", down, opt)
+	if err := d.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	// Enqueued before Start, the window's start and records stay in memory.
+	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotStarted, "s1", 0)))
+	for i := range 5 {
+		d.Enqueue(dispatch.NewItem(synced("cm"+strconv.Itoa(i), 1, "s1")))
+	}
+	d.Start()
+	testkit.Eventually(t, "the sink to be failing", func() bool { return down.Writes() >= 2 })
+	written := metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "prepend"})
+	d.Enqueue(dispatch.NewItem(marker(informer.OpSnapshotCompleted, "s1", 5)))
+	testkit.Eventually(t, "the completed marker on disk", func() bool {
+		return metrics.Sum("kubewire_spool_written_total", map[string]string{"sink": "prepend"}) > written
+	})
+	block := filepath.Join(dir, "configmaps", fmt.Sprintf("seg-%d.diskqueue.000000.dat", int64(1)<<40-1))
+	if err := os.MkdirAll(block, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if lost := d.Close(context.Background()); lost == 0 {
+		t.Fatal("Close reported nothing lost; the injected failure did not happen")
+	}
+	if err := os.Remove(block); err != nil {
+		t.Fatal(err)
+	}
+
+	up := &memsink.Sink{}
+	d2 := dispatch.NewDispatcher("prepend", up, opt)
+	if err := d2.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	d2.Start()
+	defer d2.Close(context.Background())
+	var completed *encoding.Event
+	testkit.Eventually(t, "the completed marker", func() bool {
+		for _, ev := range up.Events() {
+			if ev.Type() == encoding.TypeSnapshotCompleted {
+				completed = ev
+				return true
+			}
+		}
+		return false
+	})
+	if n, ok := completed.Lookup(encoding.ExtIncomplete); !ok || n != "5" {
+		t.Fatalf("the completed marker carries incomplete=%q (%v) after its 5 records were lost at shutdown; want \"5\"", n, ok)
 	}
 }
