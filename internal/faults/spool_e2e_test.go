@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -141,6 +142,48 @@ func TestE2EBrokersDownForFiveSnapshotIntervalsLoseNoChangeWithTheSpool(t *testi
 	nsrv.Begin()
 	close(stop)
 	wg.Wait()
+	// The drain, before verify reads anything back into this process: the
+	// heap after each GC and the RSS while both spools empty. Issue 27's
+	// bound is the memory buffer (bufferBytes, 32 MiB) plus 64 MiB above
+	// what the process held before.
+	drainStart := time.Now()
+	var drainHeap atomic.Uint64
+	var drainRSS atomic.Int64
+	sampled := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		// A GC per sample measures the live heap; twice a second keeps
+		// the GCs from slowing the drain they measure.
+		defer close(sampled)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if h := heap(); h > drainHeap.Load() {
+				drainHeap.Store(h)
+			}
+			if r := rssKB(os.Getpid()); r > drainRSS.Load() {
+				drainRSS.Store(r)
+			}
+			select {
+			case <-drained:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	spooled := func() float64 {
+		return metrics.Sum("kubewire_spool_events", map[string]string{"sink": "kafka"}) +
+			metrics.Sum("kubewire_spool_events", map[string]string{"sink": "js"})
+	}
+	testkit.Within(t, 5*time.Minute, "both spools to drain", func() bool { return spooled() == 0 },
+		func() string { return fmt.Sprintf("%.0f events still spooled", spooled()) })
+	close(drained)
+	<-sampled
+	t.Logf("drain: %s; live heap peak %d MB (%d MB before), RSS peak %d MB (%d MB before)",
+		time.Since(drainStart).Round(100*time.Millisecond), drainHeap.Load()>>20, heapLate>>20, drainRSS.Load()>>10, rssLate>>10)
+	if bound := heapLate + (32+64)<<20; drainHeap.Load() > bound {
+		t.Errorf("the live heap rose from %d MB to %d MB while the spools drained; the bound is %d MB", heapLate>>20, drainHeap.Load()>>20, bound>>20)
+	}
 	for sink, name := range map[string]string{"js": "nats-server JetStream", "kafka": "real Kafka"} {
 		rep := verifyUntilConverged(t, cfg, sink)
 		if len(rep.OrderViolations) != 0 {
