@@ -39,6 +39,12 @@ func ServeHTTPReadiness(ctx context.Context, addr string, status func() Readines
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.Handle("/readyz", ReadyzHandler(status))
+	serve(ctx, ln, mux, log, "metrics server stopped")
+	return ln.Addr(), nil
+}
+
+// serve serves mux on ln until ctx ends.
+func serve(ctx context.Context, ln net.Listener, mux *http.ServeMux, log *slog.Logger, stopped string) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -48,10 +54,9 @@ func ServeHTTPReadiness(ctx context.Context, addr string, status func() Readines
 	}()
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
+			log.Error(stopped, "err", err)
 		}
 	}()
-	return ln.Addr(), nil
 }
 
 // ReadyzHandler answers 200 "ok" while status() is ready, and otherwise 503

@@ -224,7 +224,7 @@ func newVersion(stdout io.Writer) *cobra.Command {
 }
 
 func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
-	var path, kubeconfig, kubecontext, httpAddr string
+	var path, kubeconfig, kubecontext, httpAddr, profiling string
 	var el electionFlags
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
@@ -240,6 +240,9 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 				return usageError{errors.New("--config is required")}
 			}
 			if err := checkListenAddress("--http-address", httpAddr); err != nil {
+				return err
+			}
+			if err := checkListenAddress("--profiling", profiling); err != nil {
 				return err
 			}
 			log, err := g.logger(stderr)
@@ -285,6 +288,13 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 				}
 				log.Info("serving /metrics, /healthz and /readyz", "address", bound.String())
 			}
+			if profiling != "" {
+				bound, err := app.ServeProfiling(ctx, profiling, log)
+				if err != nil {
+					return fmt.Errorf("--profiling %q: %w", profiling, err)
+				}
+				log.Warn("serving /debug/pprof/; a heap profile can hold object data that redaction removes from events", "address", bound.String())
+			}
 			if !el.enabled {
 				metrics.IsLeader.Set(1)
 				n, err := runApp(a, ctx)
@@ -308,6 +318,8 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, ~/.kube/config, then in-cluster")
 	cmd.Flags().StringVar(&kubecontext, "context", "", "kubeconfig context to use instead of the current one")
 	cmd.Flags().StringVar(&httpAddr, "http-address", ":9090", `address for /metrics, /healthz and /readyz; "" disables`)
+	cmd.Flags().StringVar(&profiling, "profiling", "", "serve net/http/pprof at this address, on a listener of its own; off unless given, and bare --profiling means "+app.DefaultProfilingAddress)
+	cmd.Flags().Lookup("profiling").NoOptDefVal = app.DefaultProfilingAddress
 	el.register(cmd)
 	return cmd
 }

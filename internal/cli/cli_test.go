@@ -256,3 +256,10 @@ func TestTheREADMEConfigExampleIsValid(t *testing.T) {
 		t.Fatalf("the README example does not validate:\n%s", errOut)
 	}
 }
+
+func TestRunRefusesAProfilingAddressThatIsNotHostPortWithExitCode2(t *testing.T) {
+	code, _, errOut := run("run", "--config", write(t, good), "--profiling=6060")
+	if code != cli.ExitConfig || !strings.Contains(errOut, "--profiling") {
+		t.Fatalf("exit %d, stderr %q; want %d naming --profiling", code, errOut, cli.ExitConfig)
+	}
+}
