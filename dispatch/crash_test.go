@@ -151,23 +151,7 @@ func crashAndReplay(t *testing.T, whole bool) {
 	_ = cmd.Wait()
 
 	rec := &memsink.Sink{}
-	opt := fastOptions()
-	d := dispatch.NewDispatcher("crash", rec, opt)
-	if err := d.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncAlways}); err != nil {
-		t.Fatal(err)
-	}
-	d.Start()
-	defer d.Close(context.Background())
-	var completed *encoding.Event
-	testkit.Eventually(t, "the completed marker", func() bool {
-		for _, ev := range rec.Events() {
-			if ev.Type() == encoding.TypeSnapshotCompleted {
-				completed = ev
-				return true
-			}
-		}
-		return false
-	})
+	completed := replayCompleted(t, "crash", rec, fastOptions(), dir)
 	records := 0
 	for _, ev := range rec.Events() {
 		if ev.Type() == encoding.TypeSynced {
@@ -189,4 +173,27 @@ func crashAndReplay(t *testing.T, whole bool) {
 			encoding.ExtIncomplete, 20-records)
 	}
 	t.Logf("%d of 20 records survived the kill; the marker says incomplete=%s", records, n)
+}
+
+// replayCompleted starts a dispatcher into rec on the spool in dir, as the
+// next start does, and returns the first snapshot.completed it delivers.
+func replayCompleted(t *testing.T, name string, rec *memsink.Sink, opt dispatch.Options, dir string) *encoding.Event {
+	t.Helper()
+	d := dispatch.NewDispatcher(name, rec, opt)
+	if err := d.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	d.Start()
+	t.Cleanup(func() { d.Close(context.Background()) })
+	var completed *encoding.Event
+	testkit.Eventually(t, "the completed marker", func() bool {
+		for _, ev := range rec.Events() {
+			if ev.Type() == encoding.TypeSnapshotCompleted {
+				completed = ev
+				return true
+			}
+		}
+		return false
+	})
+	return completed
 }

@@ -596,23 +596,7 @@ func TestASnapshotRecordLostBecauseTheSpoolCannotBeWrittenAtShutdownMarksItsSnap
 		t.Fatal(err)
 	}
 
-	up := &memsink.Sink{}
-	d2 := dispatch.NewDispatcher("prepend", up, opt)
-	if err := d2.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
-		t.Fatal(err)
-	}
-	d2.Start()
-	defer d2.Close(context.Background())
-	var completed *encoding.Event
-	testkit.Eventually(t, "the completed marker", func() bool {
-		for _, ev := range up.Events() {
-			if ev.Type() == encoding.TypeSnapshotCompleted {
-				completed = ev
-				return true
-			}
-		}
-		return false
-	})
+	completed := replayCompleted(t, "prepend", &memsink.Sink{}, opt, dir)
 	if n, ok := completed.Lookup(encoding.ExtIncomplete); !ok || n != "5" {
 		t.Fatalf("the completed marker carries incomplete=%q (%v) after its 5 records were lost at shutdown; want \"5\"", n, ok)
 	}

@@ -195,14 +195,10 @@ func TestE2ECrashCyclesOfSIGKILLLoseOnlyWhatMemoryHeldAndNeverPruneALiveObject(t
 	// backoff (up to 7.5 s), and a kill before that is not one while the
 	// spool drains. It reports whether they were.
 	connected := func(url string) bool {
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			if m, ok := scrape(url); ok && m.get("kubewire_sink_healthy", "sink", "kafka") == 1 && m.get("kubewire_sink_healthy", "sink", "js") == 1 {
-				return true
-			}
-			time.Sleep(50 * time.Millisecond) // a poll interval
-		}
-		return false
+		return pollFor(20*time.Second, 50*time.Millisecond, func() bool {
+			m, ok := scrape(url)
+			return ok && m.get("kubewire_sink_healthy", "sink", "kafka") == 1 && m.get("kubewire_sink_healthy", "sink", "js") == 1
+		})
 	}
 
 	stop := make(chan struct{})
@@ -916,10 +912,7 @@ func verifyUntilSettled(t *testing.T, cfg *config.Config, sink string) *verify.R
 		}
 		return true
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for !settled() && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond) // a poll interval
-	}
+	pollFor(90*time.Second, 200*time.Millisecond, settled)
 	if rep == nil {
 		t.Fatalf("%s: verify never ran: %v", sink, lastErr)
 	}
@@ -945,4 +938,22 @@ func firstCopies(evs []event.Event) (firsts []event.Event, replays int) {
 		newest[apptest.Ext(ev, encoding.ExtPartitionKey)] = i + 1
 	}
 	return firsts, replays
+}
+
+// pollFor checks cond every interval until it holds or d has passed, and
+// reports whether it held: a wait whose timeout is an outcome the caller
+// handles, not a failure.
+func pollFor(d, every time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
 }
