@@ -58,7 +58,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 		err := d.sink.Write(d.work, events)
 		d.mPublish.Observe(time.Since(start).Seconds())
 		if err == nil {
-			d.acked.Store(true)
+			d.noteAcked()
 			d.setHealthy(true)
 			l.blocked(false)
 			now := time.Now()
@@ -73,7 +73,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 			// The broker answered every event: whatever it refused, the
 			// resource's writes are not failing.
 			if o.acked > 0 {
-				d.acked.Store(true)
+				d.noteAcked()
 				d.setHealthy(true)
 			}
 			l.blocked(false)
@@ -162,6 +162,15 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, e
 	clear(batch[n:])
 	clear(events[n:])
 	return batch[:n], events[:n], o
+}
+
+// noteAcked records that the sink acknowledged a write since this start.
+// It loads first: after the first acknowledgement, writes stay off the
+// shared cache line on every batch.
+func (d *Dispatcher) noteAcked() {
+	if !d.acked.Load() {
+		d.acked.Store(true)
+	}
 }
 
 func (d *Dispatcher) refused(ev *encoding.Event, c *informer.Change, err error) {
