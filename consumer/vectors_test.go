@@ -99,6 +99,17 @@ func handPicked() map[string]struct {
 			stream: []rec{add(a, "uid-a1", 10), del(a, "uid-a1", 11), add(a, "uid-a2", 12), upd(a, "uid-a1", 10), del(a, "uid-a1", 11)},
 			want:   []heldObject{obj(a, "uid-a2", "12")},
 		},
+		"regressions/replayed-delete-of-an-earlier-object": {
+			// Found by TestTheViewConvergesOnEveryStreamTheWireCanCarry
+			// (seed29-stream363), shrunk by hand. uid-a2's delete at 13
+			// was lost and s1 pruned a. A replay from the first offset
+			// brings uid-a1's delete at 11: it must not lower the version
+			// a was removed at, or the replayed add of uid-a2 at 12 comes
+			// back (the replayed s1 that pruned it is skipped).
+			stream: []rec{add(a, "uid-a1", 10), del(a, "uid-a1", 11), add(a, "uid-a2", 12), started("s1"), completed("s1", 0),
+				add(a, "uid-a1", 10), del(a, "uid-a1", 11), add(a, "uid-a2", 12), started("s1"), completed("s1", 0)},
+			want: []heldObject{},
+		},
 		"known-limitations/replay-after-a-forgotten-prune": {
 			// Found by TestTheViewConvergesOnEveryStreamTheWireCanCarry
 			// (seed 29, stream 363), shrunk by hand. a's delete at 11 was
