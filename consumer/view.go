@@ -346,6 +346,13 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		case held == nil && wasGone && gone.UID == uid && gone.ResourceVersion == rv:
 			v.stats.Duplicates++
 			return nil, nil
+		case held == nil && wasGone && olderRV(rv, gone.ResourceVersion):
+			// A late copy of the delete of an earlier object under this
+			// key: recording it would lower the version the key was
+			// removed at, and let a late copy of a newer event bring
+			// the key back.
+			v.stats.Stale++
+			return nil, problem(ProblemStale, "delete at "+rv+" of uid "+uid+", key removed at "+gone.ResourceVersion)
 		case held == nil:
 			detail := "no object held at this key"
 			if wasGone {
