@@ -174,6 +174,7 @@ func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 			add(p, record{key: r.key, time: r.time, kind: kindTombstone, src: ev, idx: i}, share)
 		}
 	}
+	o.markers = len(markers) > 0
 	s.send(ctx, groups, &o)
 	for _, i := range markers {
 		// Written everywhere, or never to be: no retry will ask again.
@@ -198,6 +199,10 @@ func groupShare(left, parts int) int {
 type outcomes struct {
 	n  int
 	be *sinks.BatchError
+	// markers: the Write holds a snapshot marker, whose partitions are
+	// noted as they acknowledge it (markers.go). Most Writes hold none,
+	// and skip that walk over their records.
+	markers bool
 }
 
 // fail records that the event at index i failed. An event with records in
@@ -244,7 +249,9 @@ func (s *Sink) send(ctx context.Context, groups []*group, o *outcomes) {
 		// sent is the unit's acknowledged prefix, set before its outcome
 		// was reported (0 if it was withdrawn).
 		err := u.wait(ctx)
-		s.notePlacedMarkers(groups[i].p, groups[i].records[:u.sent])
+		if o.markers {
+			s.notePlacedMarkers(groups[i].p, groups[i].records[:u.sent])
+		}
 		switch {
 		case err == nil:
 		case errors.Is(err, sinks.ErrTooLarge):
@@ -285,7 +292,9 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, o *outcomes
 		g.p.submit(u)
 		err := u.wait(ctx)
 		if err == nil {
-			s.notePlacedMarkers(g.p, u.records[:u.sent])
+			if o.markers {
+				s.notePlacedMarkers(g.p, u.records[:u.sent])
+			}
 			continue
 		}
 		if !errors.Is(err, sinks.ErrTooLarge) || r.ev == nil {
