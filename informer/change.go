@@ -21,7 +21,36 @@ const (
 
 	OpSnapshotStarted   Op = "started"
 	OpSnapshotCompleted Op = "completed"
+
+	// OpGap declares that versions of the resource's objects may be
+	// missing from the stream: the Change's Gap says which. It goes out
+	// like a snapshot marker, to every partition, and a snapshot follows.
+	OpGap Op = "gap"
 )
+
+// Gap reasons: why a watch stream could not go on from where it was.
+const (
+	// GapExpired: the apiserver no longer holds the history after the
+	// checkpoint (410 Gone, "too old resource version").
+	GapExpired = "expired"
+	// GapTooLarge: the checkpoint is ahead of what the apiserver holds
+	// (an etcd restored from backup).
+	GapTooLarge = "too-large"
+	// GapConfigChanged: the checkpoint was written under a different
+	// config, so what it says was delivered no longer holds.
+	GapConfigChanged = "config-changed"
+)
+
+// Gap is the range of resourceVersions (From, To] of one watch stream in
+// which changes may have been lost: From is the last version known to be
+// delivered (the checkpoint), To the version of the list that took over.
+type Gap struct {
+	// Namespace is the namespace of a stream watched per namespace, ""
+	// for a cluster-wide watch.
+	Namespace string
+	From, To  string
+	Reason    string
+}
 
 // Resource is a configured resource after it has been resolved against the
 // server's discovery information. It is shared by every Change of that
@@ -95,6 +124,8 @@ type Change struct {
 	SnapshotID string
 	// Count is the number of records of the snapshot, on the completed marker.
 	Count int
+	// Gap is set on OpGap changes only.
+	Gap *Gap
 	// Observed is when kubewire saw the change.
 	Observed time.Time
 }
@@ -108,10 +139,11 @@ func (c *Change) Size() int64 {
 	return c.Object.Size()
 }
 
-// IsMarker reports whether the change frames a snapshot rather than
-// describing an object.
+// IsMarker reports whether the change frames the stream (a snapshot
+// marker or a gap) rather than describing an object. Markers go to every
+// partition.
 func (c *Change) IsMarker() bool {
-	return c.Op == OpSnapshotStarted || c.Op == OpSnapshotCompleted
+	return c.Op == OpSnapshotStarted || c.Op == OpSnapshotCompleted || c.Op == OpGap
 }
 
 // ObjectUID returns the uid of the change's object, and false for a marker.
