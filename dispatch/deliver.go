@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -30,7 +29,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 		ev, err := e.item.Event()
 		if err != nil {
 			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
-			d.drop(e.item.Change, "encode")
+			d.drop(e, "encode")
 			d.snapshots.done(e.item.Change)
 			continue
 		}
@@ -63,7 +62,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 			l.blocked(false)
 			now := time.Now()
 			for _, e := range batch {
-				d.published(e.item.Change, now)
+				d.delivered(e, now)
 			}
 			return events, 0
 		}
@@ -137,7 +136,7 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, e
 		}
 		if ierr == nil {
 			if _, overtook := failedKeys[e.key]; !overtook {
-				d.published(e.item.Change, now)
+				d.delivered(e, now)
 				o.acked++
 				continue
 			}
@@ -146,7 +145,7 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, e
 			ierr = sinks.ErrNotSent
 		}
 		if errors.Is(ierr, sinks.ErrPermanent) && !ending {
-			d.refused(ev, e.item.Change, ierr)
+			d.refused(ev, e, ierr)
 			continue
 		}
 		// Kept, whether it failed transiently or its refusal is not
@@ -173,10 +172,10 @@ func (d *Dispatcher) noteAcked() {
 	}
 }
 
-func (d *Dispatcher) refused(ev *encoding.Event, c *informer.Change, err error) {
+func (d *Dispatcher) refused(ev *encoding.Event, e *entry, err error) {
 	d.log.Error("sink refused event permanently; dropping it", "id", ev.ID(),
 		"partitionkey", ev.Extension(encoding.ExtPartitionKey), "err", err)
-	d.drop(c, "refused")
+	d.drop(e, "refused")
 }
 
 type backoff struct {

@@ -16,8 +16,9 @@ type Item struct {
 	// spool, where Change.Object is gone.
 	size int64
 	// conflated is how many earlier changes were folded into it before it
-	// was spooled.
+	// was spooled, and folded their Marks.
 	conflated int
+	folded    []informer.Mark
 
 	once sync.Once
 	ev   *encoding.Event

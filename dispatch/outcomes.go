@@ -50,9 +50,20 @@ func (d *Dispatcher) conflated(c *informer.Change) {
 // shutdown): it is counted under reason, and if it is a snapshot record,
 // its snapshot's completed marker will say that a record is missing, so
 // that no consumer prunes on it.
-func (d *Dispatcher) drop(c *informer.Change, reason string) {
+//
+// The entry is done for this sink: its watch stream's checkpoint may pass it.
+func (d *Dispatcher) drop(e *entry, reason string) {
+	c := e.item.Change
 	d.failed(c, reason)
 	d.markIncomplete(c)
+	e.finish()
+}
+
+// delivered counts an acknowledged entry, which is then done for this
+// sink.
+func (d *Dispatcher) delivered(e *entry, now time.Time) {
+	d.published(e.item.Change, now)
+	e.finish()
 }
 
 func (d *Dispatcher) failed(c *informer.Change, reason string) {

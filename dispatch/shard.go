@@ -14,8 +14,10 @@ type entry struct {
 	key  string
 	// size is the item's Change.Size, as counted in the dispatcher's bytes.
 	size int64
-	// conflated counts the earlier changes of this object folded into it.
+	// conflated counts the earlier changes of this object folded into it;
+	// folded holds their Marks, done when this entry is.
 	conflated int
+	folded    []informer.Mark
 	// epoch is the number of barriers queued before this entry. Folding is
 	// allowed only within one epoch: moving a change across a snapshot
 	// marker would change what the consumer's snapshot rule concludes.
@@ -58,13 +60,17 @@ func (s *shard) push(it *Item, full bool) (appended bool, delta int64) {
 	if full {
 		if p := s.pending[key]; p != nil && p.epoch == s.epoch && p.item.Change.Op != informer.OpDeleted && sameObject(p.item.Change, it.Change) {
 			delta = size - p.size
+			// The folded change is done only once the change that now
+			// stands for it is: until then its versions are declared
+			// nowhere.
+			p.folded = append(append(p.folded, p.item.Change.Mark), it.folded...)
 			p.item, p.size = it, size
 			p.conflated += 1 + it.conflated
 			s.mu.Unlock()
 			return false, delta
 		}
 	}
-	e := &entry{item: it, key: key, epoch: s.epoch, size: size, conflated: it.conflated}
+	e := &entry{item: it, key: key, epoch: s.epoch, size: size, conflated: it.conflated, folded: it.folded}
 	s.q = append(s.q, e)
 	s.pending[key] = e
 	s.mu.Unlock()
@@ -188,4 +194,25 @@ func shardOf(key string, n int) int {
 		h *= 16777619
 	}
 	return int(h % uint32(n))
+}
+
+// marks are the Marks the entry stands for: its change's, and those of the
+// changes folded into it.
+func (e *entry) marks() []informer.Mark {
+	m := e.item.Change.Mark
+	if len(e.folded) == 0 {
+		if m == (informer.Mark{}) {
+			return nil
+		}
+		return []informer.Mark{m}
+	}
+	return append([]informer.Mark{m}, e.folded...)
+}
+
+// finish records that this sink is done with the entry's changes.
+func (e *entry) finish() {
+	e.item.Change.Mark.Done()
+	for _, m := range e.folded {
+		m.Done()
+	}
 }

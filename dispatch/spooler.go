@@ -279,14 +279,14 @@ func (sp *spooler) write(l *lane) {
 			}
 			if err != nil {
 				d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
-				d.drop(e.item.Change, "encode")
+				d.drop(e, "encode")
 				d.snapshots.done(e.item.Change)
 				sp.pending.Add(-1)
 				d.spoolEvents.Add(-1)
 				continue
 			}
 			if !sp.put(d, rec, closing) {
-				d.drop(e.item.Change, "spool")
+				d.drop(e, "spool")
 				sp.lost.Add(1)
 				sp.pending.Add(-1)
 				d.spoolEvents.Add(-1)
@@ -436,7 +436,7 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 		ev, err := e.item.Event()
 		if err != nil {
 			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
-			d.drop(e.item.Change, "encode")
+			d.drop(e, "encode")
 			continue
 		}
 		recs = append(recs, appendSpoolRecord(nil, e, ev))
@@ -447,7 +447,7 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 		metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
 		sp.log.Error("shutdown: cannot spool the events still in memory", "events", len(recs), "err", err)
 		for _, e := range kept {
-			d.drop(e.item.Change, "spool")
+			d.drop(e, "spool")
 		}
 		lost += len(recs)
 	} else if len(recs) > 0 {

@@ -18,14 +18,25 @@ import (
 // not have resolved yet).
 //
 //	version  byte (1)
-//	flags    byte (1 = snapshot marker)
+//	flags    byte (1 = snapshot marker, 2 = marks follow)
 //	conflated, size                       uvarint
 //	observed (unix nanoseconds)           varint
 //	key, op, resource prefix, snapshot id uvarint length + bytes
+//	marks (flag 2): count, then (stream, seq) pairs, uvarint
 //	event                                 the rest, JSON
+//
+// The marks are the change's place in its watch stream, and those of the
+// changes folded into it (informer.Mark.Token): read back by the process
+// that wrote them, they let the stream's checkpoint move once the record
+// is delivered. A record of an earlier process carries marks that match
+// no stream, and none are needed: its process's checkpoint stayed behind
+// it.
 const spoolRecordVersion = 1
 
-const flagMarker = 1
+const (
+	flagMarker = 1
+	flagMarks  = 2
+)
 
 // spoolAttributesBytes is room for an event's attributes and extensions in
 // the JSON event format, beyond its data.
@@ -39,6 +50,10 @@ func appendSpoolRecord(b []byte, e *entry, ev *encoding.Event) []byte {
 	if c.IsMarker() {
 		flags |= flagMarker
 	}
+	marks := e.marks()
+	if len(marks) > 0 {
+		flags |= flagMarks
+	}
 	b = append(b, spoolRecordVersion, flags)
 	b = binary.AppendUvarint(b, uint64(e.conflated))
 	b = binary.AppendUvarint(b, uint64(max(e.size, 0)))
@@ -50,6 +65,13 @@ func appendSpoolRecord(b []byte, e *entry, ev *encoding.Event) []byte {
 	for _, s := range [...]string{c.Key, string(c.Op), prefix, c.SnapshotID} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
+	}
+	if len(marks) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(marks)))
+		for _, m := range marks {
+			stream, seq := m.Token()
+			b = binary.AppendUvarint(binary.AppendUvarint(b, stream), seq)
+		}
 	}
 	// Written in place, after room for the data is made once: a Pod's
 	// event is about 12 KB, and growing the record step by step, or
@@ -68,6 +90,7 @@ type spoolRecord struct {
 	key, op   string
 	prefix    string
 	snapshot  string
+	marks     []informer.Mark
 	event     *encoding.Event
 }
 
@@ -76,6 +99,7 @@ func parseSpoolRecord(b []byte) (*spoolRecord, error) {
 		return nil, errBadRecord
 	}
 	r := &spoolRecord{marker: b[1]&flagMarker != 0}
+	hasMarks := b[1]&flagMarks != 0
 	b = b[2:]
 	u := func() uint64 {
 		v, n := binary.Uvarint(b)
@@ -105,6 +129,21 @@ func parseSpoolRecord(b []byte) (*spoolRecord, error) {
 		*dst = string(b[:l])
 		b = b[l:]
 	}
+	if hasMarks {
+		n := u()
+		if b == nil || n > uint64(len(b)) {
+			return nil, errBadRecord
+		}
+		for range n {
+			stream, seq := u(), u()
+			if b == nil {
+				return nil, errBadRecord
+			}
+			if m := informer.MarkOf(stream, seq); m != (informer.Mark{}) {
+				r.marks = append(r.marks, m)
+			}
+		}
+	}
 	// The JSON event format: records written by earlier versions, through
 	// sdk-go, read back the same.
 	var err error
@@ -124,6 +163,9 @@ func (r *spoolRecord) item(res func(prefix string) *informer.Resource) *Item {
 		SnapshotID: r.snapshot,
 		Observed:   r.observed,
 	}, size: r.size, conflated: r.conflated}
+	if len(r.marks) > 0 {
+		it.Change.Mark, it.folded = r.marks[0], r.marks[1:]
+	}
 	it.once.Do(func() { it.ev = r.event })
 	return it
 }

@@ -126,6 +126,11 @@ type Change struct {
 	Count int
 	// Gap is set on OpGap changes only.
 	Gap *Gap
+	// Mark is the change's place in its watch stream: every sink it goes
+	// to calls Mark.Done once the change is done for it (acknowledged,
+	// folded into a newer change, or refused for good), and the stream's
+	// checkpoint moves past it once all have.
+	Mark Mark
 	// Observed is when kubewire saw the change.
 	Observed time.Time
 }

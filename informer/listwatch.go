@@ -41,13 +41,26 @@ func (w *Watcher) keep() func(string) bool {
 // for one namespace or all of them, or one per namespace merged, wrapped
 // so that shutdown can drain it. client tells the reflector whether it
 // can stream lists; merged namespaces never do.
-func (w *Watcher) listerWatcher(lw func(ns string, keep func(string) bool) *cache.ListWatch, client any) cache.ListerWatcher {
+//
+// Lists are never streamed (WatchList): resuming needs a LIST at an exact
+// version, which a streamed list cannot ask for, and a relist must go
+// through the resumer to be resumed or declared a gap.
+func (w *Watcher) listerWatcher(lw func(ns string, keep func(string) bool) *cache.ListWatch) cache.ListerWatcher {
 	nss := w.watchNamespaces()
+	r := &resumer{resource: w.name, start: w.resume}
+	w.resumer = r
 	if len(nss) == 1 {
-		return cache.ToListWatcherWithWatchListSemantics(w.source.wrap(lw(nss[0], w.keep())), client)
+		r.stream = streamKey(nss[0])
+		return listThenWatch{w.source.wrap(r.wrap(lw(nss[0], w.keep())))}
 	}
-	return listThenWatch{w.source.wrap(mergeNamespaces(nss, func(ns string) *cache.ListWatch { return lw(ns, nil) }))}
+	m := mergeNamespaces(nss, func(ns string) *cache.ListWatch { return lw(ns, nil) })
+	r.merged, r.positions = true, m.positions
+	return listThenWatch{w.source.wrap(r.wrap(m.ListWatch()))}
 }
+
+// streamKey is the key of a single watch's stream in a checkpoint: the
+// namespace it is limited to, or "" for the whole cluster.
+func streamKey(ns string) string { return ns }
 
 // newInformer builds the informer of the configured cache, and the drain
 // source it lists and watches through. The caches differ here (what they
@@ -56,7 +69,6 @@ func (w *Watcher) listerWatcher(lw func(ns string, keep func(string) bool) *cach
 func (w *Watcher) newInformer() (*resourceInformer, error) {
 	var (
 		lw        func(ns string, keep func(string) bool) *cache.ListWatch
-		client    any
 		example   runtime.Object
 		sentinel  runtime.Object
 		transform cache.TransformFunc
@@ -66,14 +78,14 @@ func (w *Watcher) newInformer() (*resourceInformer, error) {
 		if lw, err = w.rawListWatch(); err != nil {
 			return nil, err
 		}
-		client, example = w.opt.REST, &raw.Object{}
+		example = &raw.Object{}
 		// The raw ListerWatcher cuts managedFields and redacts while it
 		// copies the bytes: no transform.
 		if sentinel, err = raw.New([]byte(`{"metadata":{"name":"`+drainName+`"}}`), raw.BuildOptions{}); err != nil {
 			return nil, fmt.Errorf("drain sentinel: %w", err)
 		}
 	} else {
-		lw, client, example = w.unstructuredListWatch, w.opt.Dynamic, &unstructured.Unstructured{}
+		lw, example = w.unstructuredListWatch, &unstructured.Unstructured{}
 		u := &unstructured.Unstructured{Object: map[string]any{}}
 		u.SetName(drainName)
 		sentinel = u
@@ -86,8 +98,11 @@ func (w *Watcher) newInformer() (*resourceInformer, error) {
 	// event of any other type.
 	w.source = newDrainSource(sentinel)
 	handler := cache.ResourceEventHandlerDetailedFuncs{AddFunc: w.onAdd, UpdateFunc: w.onUpdate, DeleteFunc: w.onDelete}
-	inf := newResourceInformer(w.gvr.String(), w.listerWatcher(lw, client), example, transform, handler, w.watchError)
+	inf := newResourceInformer(w.gvr.String(), w.listerWatcher(lw), example, transform, handler, w.watchError)
 	inf.queue.onReplace = w.source.listed
+	inf.queue.takeGaps = w.resumer.takeGaps
+	inf.stream = w
+	w.resumer.lastSync = inf.controller.LastSyncResourceVersion
 	return inf, nil
 }
 

@@ -3,6 +3,7 @@ package informer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -42,12 +43,25 @@ type namespaceMerge struct {
 
 // mergeNamespaces returns the merged ListWatch of namespaces; lw builds the
 // ListWatch of one namespace.
-func mergeNamespaces(namespaces []string, lw func(ns string) *cache.ListWatch) *cache.ListWatch {
+func mergeNamespaces(namespaces []string, lw func(ns string) *cache.ListWatch) *namespaceMerge {
 	m := &namespaceMerge{namespaces: namespaces, from: make(map[string]string, len(namespaces))}
 	for _, ns := range namespaces {
 		m.lws = append(m.lws, lw(ns))
 	}
+	return m
+}
+
+// ListWatch is the merged ListWatch.
+func (m *namespaceMerge) ListWatch() *cache.ListWatch {
 	return &cache.ListWatch{ListWithContextFunc: m.list, WatchFuncWithContext: m.watch}
+}
+
+// positions is, per namespace, the version its watch has delivered
+// everything up to.
+func (m *namespaceMerge) positions() map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.from)
 }
 
 // listThenWatch tells the reflector not to stream the initial list: the

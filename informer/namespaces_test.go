@@ -64,7 +64,7 @@ func TestMergedNamespacesListAtOneVersionAndEachResumesFromWhatItDelivered(t *te
 	b := &fakeNamespace{ns: "b", listRV: "11"}
 	lw := mergeNamespaces([]string{"a", "b"}, func(ns string) *cache.ListWatch {
 		return map[string]*fakeNamespace{"a": a, "b": b}[ns].listWatch()
-	})
+	}).ListWatch()
 
 	l, err := lw.ListWithContext(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 500})
 	if err != nil {

@@ -44,6 +44,14 @@ const (
 	notifyAdd notifyKind = iota
 	notifyUpdate
 	notifyDelete
+	// notifyGap hands the handler a *Gap found by the list that follows.
+	notifyGap
+	// notifyListed says a list's notifications are all queued before it;
+	// obj is the list's resourceVersion.
+	notifyListed
+	// notifyBookmark: the watch has nothing older left; obj is the
+	// bookmark's resourceVersion.
+	notifyBookmark
 )
 
 // notification is one handler call. It is queued by value: queueing costs
@@ -52,6 +60,9 @@ type notification struct {
 	kind notifyKind
 	// initial marks an add of the first list (isInInitialList).
 	initial bool
+	// listed marks the notifications of a list, whose versions are not in
+	// the order of the stream.
+	listed bool
 	obj     any
 	// old is the previous state, for updates.
 	old any
@@ -94,6 +105,9 @@ type notifyQueue struct {
 	busy bool
 	// onReplace, if set, is called when a list's result is applied.
 	onReplace func()
+	// takeGaps, if set, gives the gaps the list being applied found; they
+	// are queued before its notifications.
+	takeGaps func() []Gap
 
 	// cur is the notification being handled. Pop hands the handler a
 	// pointer to it, which fits in an interface without an allocation;
@@ -225,9 +239,16 @@ func (q *notifyQueue) Replace(list []any, resourceVersion string) error {
 			return err
 		}
 	}
+	var gaps []Gap
+	if q.takeGaps != nil {
+		gaps = q.takeGaps()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	initial := !q.populated
+	for i := range gaps {
+		q.push(notification{kind: notifyGap, obj: &gaps[i]})
+	}
 	keys := sets.New[string]()
 	notes := make([]notification, 0, len(objs))
 	for _, obj := range objs {
@@ -237,9 +258,9 @@ func (q *notifyQueue) Replace(list []any, resourceVersion string) error {
 		}
 		keys.Insert(key)
 		if old, exists, _ := q.store.GetByKey(key); exists {
-			notes = append(notes, notification{kind: notifyUpdate, obj: obj, old: old})
+			notes = append(notes, notification{kind: notifyUpdate, obj: obj, old: old, listed: true})
 		} else {
-			notes = append(notes, notification{kind: notifyAdd, obj: obj, initial: initial})
+			notes = append(notes, notification{kind: notifyAdd, obj: obj, initial: initial, listed: true})
 		}
 	}
 	for _, key := range q.store.ListKeys() {
@@ -247,7 +268,7 @@ func (q *notifyQueue) Replace(list []any, resourceVersion string) error {
 			continue
 		}
 		old, _, _ := q.store.GetByKey(key)
-		q.push(notification{kind: notifyDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: old}})
+		q.push(notification{kind: notifyDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: old}, listed: true})
 	}
 	if err := q.store.Replace(objs, resourceVersion); err != nil {
 		return err
@@ -255,6 +276,7 @@ func (q *notifyQueue) Replace(list []any, resourceVersion string) error {
 	for _, n := range notes {
 		q.push(n)
 	}
+	q.push(notification{kind: notifyListed, obj: resourceVersion})
 	if initial {
 		q.populated, q.initial = true, len(notes)
 		q.checkSynced()
@@ -277,6 +299,9 @@ func (q *notifyQueue) Resync() error {
 // it as its LastStoreSyncResourceVersion.
 func (q *notifyQueue) Bookmark(resourceVersion string) error {
 	q.store.Bookmark(resourceVersion)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.push(notification{kind: notifyBookmark, obj: resourceVersion})
 	return nil
 }
 
@@ -350,6 +375,21 @@ type resourceInformer struct {
 	queue      *notifyQueue
 	controller cache.Controller
 	handler    cache.ResourceEventHandler
+	// stream, if set, is told what the queue says about the stream
+	// itself, and whether each object notification comes from a list.
+	stream streamHandler
+}
+
+// streamHandler takes the notifications that are about the watch stream
+// rather than one object. It runs on the handler's goroutine.
+type streamHandler interface {
+	// fromList is called before each object notification.
+	fromList(listed bool)
+	// reached: the stream has delivered everything up to rv (a list's
+	// end when listed, else a bookmark).
+	reached(rv string, listed bool)
+	// gap: versions in the gap may be missing; the list follows.
+	gap(g *Gap)
 }
 
 // newResourceInformer builds the informer of lw, whose objects are of
@@ -388,6 +428,17 @@ func (i *resourceInformer) process(obj any, initial bool) error {
 	n, ok := obj.(*notification)
 	if !ok {
 		return fmt.Errorf("informer: popped %T, not a notification", obj)
+	}
+	if i.stream != nil {
+		switch n.kind {
+		case notifyGap:
+			i.stream.gap(n.obj.(*Gap))
+			return nil
+		case notifyListed, notifyBookmark:
+			i.stream.reached(n.obj.(string), n.kind == notifyListed)
+			return nil
+		}
+		i.stream.fromList(n.listed)
 	}
 	switch n.kind {
 	case notifyAdd:

@@ -64,6 +64,9 @@ type Options struct {
 	// the notifications client-go already queued to Out (default
 	// config.DefaultDrainTimeout).
 	DrainTimeout time.Duration
+	// Acks is how many times each Change's Mark is Done before the change
+	// is done (the number of sinks Out hands it to); 0 means 1.
+	Acks int
 }
 
 // Watcher runs the informer of one configured resource and turns its
@@ -108,6 +111,20 @@ type Watcher struct {
 	initialID  string
 	// forbidden times how long list/watch has been refused.
 	forbidden episode
+
+	// resume, when set, is where the watch streams start (SetResume).
+	resume  *Resume
+	resumer *resumer
+	// streams is the progress of each watch stream (streams.go); single
+	// is the only one, when there is one.
+	streamsMu sync.Mutex
+	streams   map[string]*progress
+	single    *progress
+	// noteListed says the notification being handled comes from a list;
+	// snapshotAfterList asks for a snapshot once a gap's list is handled.
+	// Only the handler's goroutine touches them.
+	noteListed        bool
+	snapshotAfterList bool
 }
 
 // NewWatcher returns a Watcher for one configured resource.
@@ -168,13 +185,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	w.res.Payload = w.cfg.Payload
 	w.setState(StateSyncing)
+	w.initStreams()
+	defer w.closeStreams()
 	if w.informer, err = w.newInformer(); err != nil {
 		return err
 	}
 
 	snap := w.cfg.Emits(config.OpSynced)
 	initialStart := time.Now()
-	if snap {
+	// A start that resumes from a checkpoint sends no snapshot: its list
+	// only loads the store with what the stream already carried. If it
+	// cannot resume, the gap opens the snapshot instead (streams.go).
+	resuming := w.resume != nil && len(w.resume.Streams) > 0
+	if snap && !resuming {
 		w.initialID = newSnapshotID()
 		w.marker(OpSnapshotStarted, w.initialID, 0)
 	}
@@ -198,7 +221,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return w.drain(false)
 	}
 	n := int(w.initialCount.Load())
-	if snap {
+	if snap && w.initialID != "" {
 		w.marker(OpSnapshotCompleted, w.initialID, n)
 		w.snapshotDone(initialStart, n)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
+	"github.com/kubewire/kubewire/internal/checkpoint"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/version"
 	"github.com/kubewire/kubewire/sinks"
@@ -50,6 +51,13 @@ type Options struct {
 	Registry sinks.Registry
 	// Stdout is where the stdout sink writes (default os.Stdout).
 	Stdout io.Writer
+	// Checkpoint, when set, is where the watch streams' checkpoints are
+	// kept: Run resumes each watch from it, and saves it while it runs
+	// (checkpoint.go).
+	Checkpoint *checkpoint.Store
+	// CheckpointInterval is how often the checkpoint is saved when it
+	// moved; default DefaultCheckpointInterval.
+	CheckpointInterval time.Duration
 }
 
 // App is a running kubewire.
@@ -153,6 +161,9 @@ func New(opt Options) (*App, error) {
 			// Informers drain first and the sinks get what is left of the
 			// same budget (Run).
 			DrainTimeout: cfg.Dispatch.DrainTimeout.Duration,
+			// Every sink acknowledges a change before the checkpoint
+			// passes it.
+			Acks: len(out),
 		}))
 	}
 	return a, nil
@@ -192,6 +203,9 @@ func (a *App) Run(ctx context.Context) (undelivered int, err error) {
 	for _, d := range a.dispatchers {
 		d.Start()
 	}
+	// The spools replay first (Start); then each watch resumes from its
+	// checkpoint, behind them in every lane.
+	stopSaving := a.resumeFromCheckpoint(ctx)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
@@ -237,6 +251,7 @@ func (a *App) Run(ctx context.Context) (undelivered int, err error) {
 		}()
 	}
 	dwg.Wait()
+	stopSaving()
 	a.log.Info("kubewire stopped", "drained", time.Since(start).Round(time.Millisecond), "undelivered", undelivered)
 	return undelivered, errors.Join(errs...)
 }

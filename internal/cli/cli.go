@@ -19,10 +19,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubewire/kubewire/internal/app"
+	"github.com/kubewire/kubewire/internal/checkpoint"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/leader"
 	"github.com/kubewire/kubewire/internal/metrics"
@@ -224,7 +226,7 @@ func newVersion(stdout io.Writer) *cobra.Command {
 }
 
 func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
-	var path, kubeconfig, kubecontext, httpAddr, profiling string
+	var path, kubeconfig, kubecontext, httpAddr, profiling, checkpointFlag string
 	var el electionFlags
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
@@ -259,6 +261,10 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 					return err
 				}
 			}
+			cpNamespace, cpName, err := checkpointLocation(checkpointFlag, el.enabled, lc)
+			if err != nil {
+				return err
+			}
 			rc, contextName, err := restConfig(kubeconfig, kubecontext)
 			if err != nil {
 				return err
@@ -267,7 +273,14 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			ctx, stop := signalContext(log)
 			defer stop()
 			go procs.Adapt(ctx, log)
-			a, err := app.New(app.Options{Config: cfg, REST: rc, Logger: log, Stdout: stdout})
+			opts := app.Options{Config: cfg, REST: rc, Logger: log, Stdout: stdout}
+			if cpName != "" {
+				if opts.Checkpoint, err = checkpoint.New(rc, cpNamespace, cpName, log); err != nil {
+					return err
+				}
+				log.Info("watches resume from the checkpoint", "lease", opts.Checkpoint.Name())
+			}
+			a, err := app.New(opts)
 			if err != nil {
 				return err
 			}
@@ -320,6 +333,7 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&httpAddr, "http-address", ":9090", `address for /metrics, /healthz and /readyz; "" disables`)
 	cmd.Flags().StringVar(&profiling, "profiling", "", "serve net/http/pprof at this address, on a listener of its own; off unless given, and bare --profiling means "+app.DefaultProfilingAddress)
 	cmd.Flags().Lookup("profiling").NoOptDefVal = app.DefaultProfilingAddress
+	cmd.Flags().StringVar(&checkpointFlag, "checkpoint", "", `NAMESPACE/NAME of the Lease where the watches' checkpoints are kept, so that a restart resumes every watch without losing a version; with --leader-elect the default is the Lease's namespace and "<leader-election-id>-checkpoint", else off; "off" turns it off`)
 	el.register(cmd)
 	return cmd
 }
@@ -358,6 +372,23 @@ func (f *electionFlags) config() (leader.Config, error) {
 		return leader.Config{}, usageError{fmt.Errorf("leader election durations must satisfy lease (%s) > renew deadline (%s) > retry period (%s) > 0", f.lease, f.renew, f.retry)}
 	}
 	return leader.Config{LeaseName: f.id, Namespace: ns, LeaseDuration: f.lease, RenewDeadline: f.renew, RetryPeriod: f.retry}, nil
+}
+
+// checkpointLocation is where the checkpoint ConfigMap is, or "" for none.
+func checkpointLocation(flag string, elected bool, lc leader.Config) (namespace, name string, err error) {
+	switch {
+	case flag == "off":
+		return "", "", nil
+	case flag == "" && elected:
+		return lc.Namespace, lc.LeaseName + "-checkpoint", nil
+	case flag == "":
+		return "", "", nil
+	}
+	ns, name, ok := strings.Cut(flag, "/")
+	if !ok || ns == "" || name == "" || len(validation.IsDNS1123Subdomain(name)) > 0 || len(validation.IsDNS1123Label(ns)) > 0 {
+		return "", "", usageError{fmt.Errorf("--checkpoint %q: want NAMESPACE/NAME of a Lease, or off", flag)}
+	}
+	return ns, name, nil
 }
 
 // loadConfig loads the config file. A file that cannot be read (missing,

@@ -9,6 +9,9 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -247,4 +250,19 @@ func (c *Config) Sink(name string) (*Sink, bool) {
 		}
 	}
 	return nil, false
+}
+
+// Hash identifies what the resource's stream carries: every setting that
+// decides which changes are emitted, how, and to which sinks. Settings that
+// change only when or how kubewire works (snapshotInterval, cache,
+// optional) are left out. A checkpoint written under another hash is not
+// resumed: changes the old settings left out would be missing.
+func (r Resource) Hash() string {
+	r.SnapshotInterval, r.Cache, r.Optional = Duration{}, "", false
+	b, err := json.Marshal(r)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }

@@ -1,0 +1,178 @@
+package informer
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// progress is the checkpoint of one watch stream: the newest
+// resourceVersion R such that every change the stream delivered up to and
+// including R is done. A change is done once every sink has acknowledged
+// it, or it was filtered, suppressed, folded into a newer change or
+// refused for good. Sinks acknowledge out of order (shards, partitions,
+// several sinks), so R advances only over the contiguous prefix of done
+// changes, in the order the watch delivered them.
+//
+// Entries are added by the handler's goroutine, in stream order; Done is
+// called from the dispatchers' goroutines.
+type progress struct {
+	id uint64
+
+	mu sync.Mutex
+	// ring[head:] are the entries not yet done, or done behind one that is
+	// not; first is the sequence number of ring[head].
+	ring  []entry
+	head  int
+	first uint64
+	// mark is the checkpoint, and marked when it last moved.
+	mark   string
+	marked time.Time
+	// last is the newest position added, done or not: where a relist that
+	// has to declare a gap starts it.
+	last string
+}
+
+// entry is one change of the stream, or a position the stream reached
+// without a change (a bookmark, the end of a list).
+type entry struct {
+	// rv is the resourceVersion the stream has reached once this entry is
+	// done; "" for the records of a list, whose versions are not in
+	// stream order (the list's end is an entry of its own).
+	rv string
+	// left counts the acknowledgements still missing.
+	left int32
+}
+
+// Mark is a Change's place in its watch stream. Each sink the change goes
+// to calls Done once, when the change is done for that sink. The zero Mark
+// (snapshot records and markers, which are not part of the watch stream)
+// does nothing.
+type Mark struct {
+	p   *progress
+	seq uint64
+}
+
+// Done records that one sink is done with the change.
+func (m Mark) Done() {
+	if m.p != nil {
+		m.p.done(m.seq)
+	}
+}
+
+// Token identifies m across a spool: a record written and read back by the
+// same process finds its Mark again with MarkOf.
+func (m Mark) Token() (stream, seq uint64) {
+	if m.p == nil {
+		return 0, 0
+	}
+	return m.p.id, m.seq
+}
+
+var (
+	// streams maps a progress id to its progress, for MarkOf.
+	streams sync.Map
+	// streamIDs start at the process's start time, so that a token read
+	// from a spool another process wrote matches no stream of this one.
+	streamIDs atomic.Uint64
+)
+
+func init() { streamIDs.Store(uint64(time.Now().UnixNano())) }
+
+// MarkOf is the Mark a Token came from, or the zero Mark if that stream is
+// not one of this process's.
+func MarkOf(stream, seq uint64) Mark {
+	if stream == 0 {
+		return Mark{}
+	}
+	p, ok := streams.Load(stream)
+	if !ok {
+		return Mark{}
+	}
+	return Mark{p: p.(*progress), seq: seq}
+}
+
+func newProgress(from string) *progress {
+	p := &progress{id: streamIDs.Add(1), mark: from, last: from, marked: time.Now()}
+	streams.Store(p.id, p)
+	return p
+}
+
+// close forgets the stream: tokens read back after it find nothing.
+func (p *progress) close() { streams.Delete(p.id) }
+
+// add appends an entry that needs acks acknowledgements, and returns its
+// Mark; with acks 0 the entry is done at once.
+func (p *progress) add(rv string, acks int32) Mark {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rv != "" {
+		p.last = rv
+	}
+	if acks <= 0 && p.head == len(p.ring) {
+		// Nothing before it is pending: the fast path of a quiet stream.
+		p.advance(rv)
+		p.first++
+		return Mark{}
+	}
+	if len(p.ring) == cap(p.ring) && p.head > 0 {
+		n := copy(p.ring, p.ring[p.head:])
+		p.ring, p.head = p.ring[:n], 0
+	}
+	seq := p.first + uint64(len(p.ring)-p.head)
+	p.ring = append(p.ring, entry{rv: rv, left: acks})
+	if acks <= 0 {
+		return Mark{}
+	}
+	return Mark{p: p, seq: seq}
+}
+
+func (p *progress) done(seq uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if seq < p.first {
+		return
+	}
+	i := p.head + int(seq-p.first)
+	if i >= len(p.ring) {
+		return
+	}
+	p.ring[i].left--
+	for p.head < len(p.ring) && p.ring[p.head].left <= 0 {
+		p.advance(p.ring[p.head].rv)
+		p.ring[p.head] = entry{}
+		p.head++
+		p.first++
+	}
+	if p.head == len(p.ring) {
+		p.ring, p.head = p.ring[:0], 0
+	}
+}
+
+// advance moves the checkpoint to rv. The caller holds mu.
+func (p *progress) advance(rv string) {
+	if rv != "" && rv != p.mark {
+		p.mark, p.marked = rv, time.Now()
+	}
+}
+
+// checkpoint is the stream's checkpoint and when it last moved.
+func (p *progress) checkpoint() (string, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mark, p.marked
+}
+
+// lastSeen is the newest position the stream reached, done or not.
+func (p *progress) lastSeen() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
+}
+
+// pending is how many entries wait on one before them or on themselves.
+func (p *progress) pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ring) - p.head
+}

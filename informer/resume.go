@@ -1,0 +1,214 @@
+package informer
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubewire/kubewire/internal/metrics"
+)
+
+// Resume is where a resource's watch streams start after a restart or a
+// failover: the checkpoint of each stream, as Watcher.Checkpoint gave it.
+type Resume struct {
+	// Streams maps each stream ("" for one watch of the resource, else the
+	// namespace of a per-namespace watch) to its checkpoint.
+	Streams map[string]string
+	// Reason, when set, says why the checkpoint must not be resumed
+	// (GapConfigChanged): the first list then declares a gap from it.
+	Reason string
+}
+
+// resumer makes every list of an informer go on from where its stream
+// was, rather than from whatever the apiserver holds now, and declares a
+// gap wherever that is not possible.
+//
+// client-go's reflector lists (at "0", or at the version it last saw) and
+// then watches from the list's version. resumer turns that list into a
+// LIST at exactly the version the stream reached (resourceVersionMatch
+// Exact): it loads the store as it was at that version, and the watch
+// that follows delivers every change after it, in order. That holds for
+// the first list after a restart (the version is the checkpoint) and for
+// a relist after a watch failed (the version is the one the reflector
+// reached). Where the apiserver no longer holds that version (410 Gone,
+// "too old resource version", or "too large" after an etcd restore), it
+// lists what is there now, at S, and queues a gap (from, S] for each
+// stream, which the queue hands the handler before the list's own
+// notifications.
+//
+// The reflector runs one list at a time; resumer relies on that.
+type resumer struct {
+	resource string
+	// merged is set when the streams are namespaces watched one by one and
+	// merged; positions then gives each namespace's position.
+	merged    bool
+	positions func() map[string]string
+	// stream is the one stream's key when not merged.
+	stream string
+	// lastSync is the reflector's last synced version, once it runs.
+	lastSync func() string
+
+	mu sync.Mutex
+	// start is the checkpoint of the first list; nil for a fresh start.
+	start  *Resume
+	listed bool
+	// gaps wait for the Replace of the list that found them.
+	gaps []Gap
+}
+
+func (r *resumer) wrap(lw cache.ListerWatcher) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.list(ctx, lw, o) },
+		WatchFuncWithContext: lw.(cache.ListerWatcherWithContext).WatchWithContext,
+	}
+}
+
+// plan is what one list does: read at exact (if set) and, failing that or
+// if reason is already set, read what is there now and declare gaps from
+// lower.
+type plan struct {
+	exact  string
+	lower  map[string]string
+	reason string
+	first  bool
+}
+
+func (r *resumer) plan(o metav1.ListOptions) plan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.listed {
+		if r.start == nil || len(r.start.Streams) == 0 {
+			return plan{first: true}
+		}
+		p := plan{first: true, lower: r.start.Streams, reason: r.start.Reason}
+		if p.reason == "" {
+			p.exact = oldest(r.start.Streams)
+		}
+		return p
+	}
+	var lower map[string]string
+	if r.merged {
+		lower = r.positions()
+	} else {
+		lower = map[string]string{r.stream: r.lastSync()}
+	}
+	switch {
+	case o.ResourceVersion == "":
+		// The reflector found the version it reached unavailable (a watch
+		// or list answered 410) and asks for a fresh read: versions after
+		// it may be gone.
+		return plan{lower: lower, reason: GapExpired}
+	case r.merged:
+		// A merged relist reads every namespace at one version, ahead of
+		// namespaces whose watch lagged: what they had not delivered is
+		// not read again.
+		return plan{lower: lower, reason: GapExpired}
+	default:
+		return plan{exact: o.ResourceVersion, lower: lower}
+	}
+}
+
+// oldest is the smallest of the versions, compared as numbers where they
+// are (etcd revisions are), so that every stream's history is read again.
+func oldest(rvs map[string]string) string {
+	var best string
+	var bestN uint64
+	for _, rv := range rvs {
+		n, err := strconv.ParseUint(rv, 10, 64)
+		if best == "" || err == nil && n < bestN {
+			best, bestN = rv, n
+		}
+	}
+	return best
+}
+
+func (r *resumer) list(ctx context.Context, lw cache.ListerWatcher, o metav1.ListOptions) (runtime.Object, error) {
+	lwc := lw.(cache.ListerWatcherWithContext)
+	if o.Continue != "" {
+		// A later page of a list already planned.
+		return lwc.ListWithContext(ctx, o)
+	}
+	p := r.plan(o)
+	reason := p.reason
+	if p.exact != "" {
+		eo := o
+		eo.ResourceVersion, eo.ResourceVersionMatch = p.exact, metav1.ResourceVersionMatchExact
+		l, err := lwc.ListWithContext(ctx, eo)
+		if err == nil {
+			r.done(p, nil, "")
+			return l, nil
+		}
+		if reason = unavailable(err); reason == "" {
+			return nil, err
+		}
+	}
+	if reason != "" {
+		// What is there now, read from etcd: the gap ends at its version.
+		o.ResourceVersion, o.ResourceVersionMatch = "", ""
+	}
+	l, err := lwc.ListWithContext(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	var gaps []Gap
+	if reason != "" {
+		to := ""
+		if la, err := meta.ListAccessor(l); err == nil {
+			to = la.GetResourceVersion()
+		}
+		keys := make([]string, 0, len(p.lower))
+		for ns := range p.lower {
+			keys = append(keys, ns)
+		}
+		slices.Sort(keys)
+		for _, ns := range keys {
+			if from := p.lower[ns]; from != "" && from != to {
+				gaps = append(gaps, Gap{Namespace: ns, From: from, To: to, Reason: reason})
+			}
+		}
+	}
+	r.done(p, gaps, reason)
+	return l, nil
+}
+
+// unavailable is the gap reason of an error that says the version asked
+// for is not served, or "" for any other error.
+func unavailable(err error) string {
+	switch {
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		return GapExpired
+	case apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge):
+		return GapTooLarge
+	}
+	return ""
+}
+
+func (r *resumer) done(p plan, gaps []Gap, reason string) {
+	r.mu.Lock()
+	r.listed = true
+	r.gaps = append(r.gaps, gaps...)
+	r.mu.Unlock()
+	if p.first && p.lower != nil {
+		result := "resumed"
+		if reason != "" {
+			result = "gap"
+		}
+		metrics.ResumeTotal.WithLabelValues(r.resource, result).Inc()
+	}
+}
+
+// takeGaps hands the queue the gaps found by the list it applies.
+func (r *resumer) takeGaps() []Gap {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.gaps
+	r.gaps = nil
+	return g
+}

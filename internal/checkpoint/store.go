@@ -1,0 +1,174 @@
+// Package checkpoint keeps the checkpoints of kubewire's watch streams in a
+// Lease, so that a restart, a new pod or a new leader resumes each watch
+// where the last one had delivered everything.
+//
+// The Lease lives in kubewire's own namespace, beside the leader election's,
+// and holds the checkpoints as JSON in one annotation (AnnotationKey): a map
+// from each resource's name ("configmaps", "widgets.example.com") to its
+// Entry. A Lease rather than a ConfigMap because kubewire must not watch the
+// object it writes (each write would be a change to stream, and streaming it
+// a reason to write again), and a config that streams ConfigMaps is common,
+// one that streams Leases is not.
+//
+// Any checkpoint a kubewire wrote is a safe place to resume from: every
+// change up to it was delivered. So writes are plain conditional updates,
+// and when two writers meet (an old leader still draining while the new
+// one starts), whichever writes last wins; the other one's next write, or
+// the next start, resumes a little earlier and repeats a few changes, which
+// the event ids let consumers drop.
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubewire/kubewire/internal/metrics"
+)
+
+// Entry is the checkpoint of one resource.
+type Entry struct {
+	// Hash is the resource's config hash (config.Resource.Hash) when the
+	// checkpoint was written.
+	Hash string `json:"hash"`
+	// Streams maps each watch stream ("" for one watch of the resource,
+	// else a namespace) to its checkpoint resourceVersion.
+	Streams map[string]string `json:"streams"`
+}
+
+// AnnotationKey is the Lease annotation that holds the checkpoints.
+const AnnotationKey = "kubewire.io/checkpoint"
+
+// Store reads and writes the checkpoint Lease.
+type Store struct {
+	leases    clientFor
+	namespace string
+	name      string
+	log       *slog.Logger
+
+	// rv is the Lease's resourceVersion as last read or written, "" if it
+	// does not exist; data is what it holds.
+	rv   string
+	data map[string]Entry
+}
+
+type clientFor interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error)
+	Create(ctx context.Context, l *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error)
+	Update(ctx context.Context, l *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error)
+}
+
+// New returns the Store of the Lease namespace/name.
+func New(rc *rest.Config, namespace, name string, log *slog.Logger) (*Store, error) {
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint client: %w", err)
+	}
+	return &Store{leases: cs.CoordinationV1().Leases(namespace), namespace: namespace, name: name, log: log}, nil
+}
+
+// Name is "namespace/name", for logs.
+func (s *Store) Name() string { return s.namespace + "/" + s.name }
+
+// Load reads the checkpoints; a Lease that does not exist yet holds none.
+func (s *Store) Load(ctx context.Context) (map[string]Entry, error) {
+	l, err := s.leases.Get(ctx, s.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		s.rv, s.data = "", map[string]Entry{}
+		return map[string]Entry{}, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading checkpoint Lease %s: %w", s.Name(), err)
+	}
+	s.rv, s.data = l.ResourceVersion, map[string]Entry{}
+	if v, ok := l.Annotations[AnnotationKey]; ok {
+		if err := json.Unmarshal([]byte(v), &s.data); err != nil {
+			// Unreadable: every resource starts afresh, as on a first
+			// start; the next save writes a readable one.
+			s.log.Warn("checkpoint unreadable; every resource starts from a fresh list", "lease", s.Name(), "err", err)
+			s.data = map[string]Entry{}
+		}
+	}
+	return maps.Clone(s.data), nil
+}
+
+// Save writes entries over the ones already there (other resources'
+// entries stay), if anything changed. It creates the Lease if needed.
+func (s *Store) Save(ctx context.Context, entries map[string]Entry) error {
+	if s.data == nil {
+		if _, err := s.Load(ctx); err != nil {
+			return err
+		}
+	}
+	next := maps.Clone(s.data)
+	maps.Copy(next, entries)
+	if s.rv != "" && maps.EqualFunc(next, s.data, sameEntry) {
+		return nil
+	}
+	b, err := json.Marshal(next)
+	if err != nil {
+		return err
+	}
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: s.name, Namespace: s.namespace, ResourceVersion: s.rv,
+			Labels:      map[string]string{"app.kubernetes.io/managed-by": "kubewire", "app.kubernetes.io/component": "checkpoint"},
+			Annotations: map[string]string{AnnotationKey: string(b)},
+		},
+	}
+	var out *coordinationv1.Lease
+	if s.rv == "" {
+		out, err = s.leases.Create(ctx, l, metav1.CreateOptions{})
+	} else {
+		out, err = s.leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		metrics.CheckpointWrites.WithLabelValues("conflict").Inc()
+		// Someone else wrote it: read it again, and write on top at the
+		// next turn (see the package comment for why that is safe).
+		s.data = nil
+		return fmt.Errorf("checkpoint Lease %s changed under us: %w", s.Name(), err)
+	case err != nil:
+		metrics.CheckpointWrites.WithLabelValues("error").Inc()
+		return fmt.Errorf("writing checkpoint Lease %s: %w", s.Name(), err)
+	}
+	metrics.CheckpointWrites.WithLabelValues("ok").Inc()
+	s.rv, s.data = out.ResourceVersion, next
+	return nil
+}
+
+func sameEntry(a, b Entry) bool { return a.Hash == b.Hash && maps.Equal(a.Streams, b.Streams) }
+
+// Run saves what collect gives every interval until ctx ends. Errors are
+// logged, and the next turn tries again.
+func (s *Store) Run(ctx context.Context, every time.Duration, collect func() map[string]Entry) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := s.Save(ctx, collect())
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			s.log.Warn("checkpoint not saved; retrying", "err", err)
+			failing = true
+		case err == nil && failing:
+			s.log.Info("checkpoint saved again", "lease", s.Name())
+			failing = false
+		}
+	}
+}
