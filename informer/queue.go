@@ -63,7 +63,7 @@ type notification struct {
 	// listed marks the notifications of a list, whose versions are not in
 	// the order of the stream.
 	listed bool
-	obj     any
+	obj    any
 	// old is the previous state, for updates.
 	old any
 }
