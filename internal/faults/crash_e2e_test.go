@@ -32,8 +32,6 @@ import (
 	"github.com/kubewire/kubewire/internal/testcluster"
 	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/internal/verify"
-	"github.com/kubewire/kubewire/sinks/kafka"
-	"github.com/kubewire/kubewire/sinks/nats"
 )
 
 // The crash-consistency run (issue 27): kubewire is killed with SIGKILL at
@@ -734,40 +732,6 @@ func attribute(l lostSet, kills []crashKill) []int {
 
 // partitioned is an event and the partition it was read from ("" for a
 // stream).
-type partitioned struct {
-	part string
-	ev   event.Event
-}
-
-// readPartitioned reads a sink's events in order, partition by partition.
-func readPartitioned(t *testing.T, cfg *config.Config, sink string) []partitioned {
-	t.Helper()
-	sc, _ := cfg.Sink(sink)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var out []partitioned
-	var err error
-	switch blk := sc.Block.(type) {
-	case *kafka.Config:
-		topic := kafka.TopicName(blk.Topic, cfg.Cluster, "", "v1", "configmaps")
-		err = kafka.ReadTopic(ctx, blk, topic, func(r kafka.Record) error {
-			if r.Event != nil {
-				out = append(out, partitioned{part: strconv.Itoa(r.Partition), ev: *r.Event})
-			}
-			return nil
-		})
-	case *nats.Config:
-		err = nats.ReadStream(ctx, blk, func(ev *event.Event) error {
-			out = append(out, partitioned{ev: *ev})
-			return nil
-		})
-	}
-	if err != nil {
-		t.Fatalf("read %s: %v", sink, err)
-	}
-	return out
-}
-
 type markerCounts struct{ complete, incomplete int }
 
 // checkSnapshots applies the consumer's snapshot rule (docs/events.md) to

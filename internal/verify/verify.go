@@ -35,7 +35,10 @@ type Report struct {
 	// Events and Tombstones count what was read; Duplicates counts object
 	// events whose id had been read before.
 	Events, Tombstones, Duplicates int
-	Resources                      []ResourceReport
+	// Replays counts older events read again after a restart resumed
+	// from its checkpoint (View.Replays).
+	Replays   int
+	Resources []ResourceReport
 	// OrderViolations lists every resourceVersion that went backwards.
 	OrderViolations []string
 }
@@ -73,7 +76,7 @@ func (r *Report) Print(w io.Writer) {
 	for _, v := range r.OrderViolations {
 		fmt.Fprintf(w, "order violation: %s\n", v)
 	}
-	fmt.Fprintf(w, "sink %s: read %d events (%d duplicates) and %d tombstones\n", r.Sink, r.Events, r.Duplicates, r.Tombstones)
+	fmt.Fprintf(w, "sink %s: read %d events (%d duplicates, %d replayed after a resume) and %d tombstones\n", r.Sink, r.Events, r.Duplicates, r.Replays, r.Tombstones)
 	fmt.Fprintf(w, "%-40s %8s %8s %10s\n", "RESOURCE", "VIEW", "CLUSTER", "DIVERGENT")
 	for _, rr := range r.Resources {
 		if rr.Skipped != "" {
@@ -140,6 +143,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	rep.OrderViolations = view.Problems
 	rep.Duplicates = view.Duplicates
+	rep.Replays = view.Replays
 
 	for _, t := range targets {
 		judge, err := informer.NewJudge(t.cfg)

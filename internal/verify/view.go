@@ -44,6 +44,17 @@ type View struct {
 	// Incomplete counts completed markers that said some records of their
 	// snapshot were not delivered; they prune nothing.
 	Incomplete int
+	// Replays counts events older than what the view holds whose id had
+	// been applied before: after a restart kubewire resumes from its
+	// checkpoint and a suffix of a key's history comes again. The rule
+	// drops them; they are not order violations, which are older events
+	// never seen before.
+	Replays int
+
+	// ids are the ids applied so far, and replaying says the event being
+	// applied has one of them.
+	ids       map[string]struct{}
+	replaying bool
 }
 
 // NewView returns an empty view.
@@ -56,6 +67,10 @@ func NewView() *View {
 func (v *View) problem(p consumer.Problem) {
 	switch p.Reason {
 	case consumer.ProblemStale:
+		if v.replaying {
+			v.Replays++
+			return
+		}
 		v.Problems = append(v.Problems, fmt.Sprintf("%s: %s (%s)", p.Key, p.Detail, p.ID))
 	case consumer.ProblemUnknownType:
 		v.Problems = append(v.Problems, fmt.Sprintf("%s: unknown event type %s", p.Key, p.Detail))
@@ -69,7 +84,15 @@ func (v *View) Apply(ev *event.Event) {
 	if t := ev.Type(); t != encoding.TypeSnapshotStarted && t != encoding.TypeSnapshotCompleted {
 		v.Events++
 	}
+	if v.ids == nil {
+		v.ids = map[string]struct{}{}
+	}
+	if id := ev.ID(); id != "" {
+		_, v.replaying = v.ids[id]
+		v.ids[id] = struct{}{}
+	}
 	v.parts[0].Apply(v.position(), ev)
+	v.replaying = false
 	v.count()
 }
 
@@ -101,6 +124,7 @@ func Merge(vs ...*View) *View {
 		out.Incomplete += v.Incomplete
 		out.Events += v.Events
 		out.Duplicates += v.Duplicates
+		out.Replays += v.Replays
 	}
 	return out
 }

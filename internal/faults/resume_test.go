@@ -1,0 +1,430 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/informer/raw"
+	"github.com/kubewire/kubewire/internal/app"
+	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	"github.com/kubewire/kubewire/sinks/nats"
+)
+
+// The resume-and-gap tests (issue 26): a watch goes on from its checkpoint
+// after kubewire ends, and where it cannot, the stream says which versions
+// may be missing.
+
+// holdingOutput records Changes and acknowledges each at once, except the
+// changes of the held key, whose Marks it keeps until release.
+type holdingOutput struct {
+	held string
+
+	mu      sync.Mutex
+	got     []*informer.Change
+	holding []informer.Mark
+}
+
+func (o *holdingOutput) Enqueue(c *informer.Change) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, c)
+	if o.held != "" && c.Key == o.held {
+		o.holding = append(o.holding, c.Mark)
+		return
+	}
+	c.Mark.Done()
+}
+
+// hold starts holding key's changes.
+func (o *holdingOutput) hold(key string) {
+	o.mu.Lock()
+	o.held = key
+	o.mu.Unlock()
+}
+
+func (o *holdingOutput) changes() []*informer.Change {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.got)
+}
+
+// watcherOf is an informer.Watcher of ns's ConfigMaps on the test cluster.
+func watcherOf(t *testing.T, ns string, out informer.Output) *informer.Watcher {
+	t.Helper()
+	rc := cluster.RESTConfig(testcluster.AdminUser)
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawREST, err := raw.NewRESTClient(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return informer.NewWatcher(informer.Options{
+		Cluster: "faults",
+		Resource: config.Resource{Version: "v1", Resource: "configmaps", Namespaces: []string{ns}, Sinks: []string{"out"},
+			Operations: config.Operations(), Updates: "all"},
+		Dynamic: dyn,
+		REST:    rawREST,
+		Mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		Out:     out,
+	})
+}
+
+// runUntil runs w until the returned stop is called (or the test ends).
+func runUntil(t *testing.T, w *informer.Watcher) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx)
+	}()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		<-done
+	})
+	t.Cleanup(stop)
+	testkit.Eventually(t, "the initial sync", w.HasSynced)
+	return stop
+}
+
+func rvNumber(t *testing.T, rv string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion %q: %v", rv, err)
+	}
+	return n
+}
+
+func setData(t *testing.T, ns, name, value string) string {
+	t.Helper()
+	cms := kube.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data = map[string]string{"v": value}
+	cm, err = cms.Update(context.Background(), cm, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm.ResourceVersion
+}
+
+func createConfigMaps(t *testing.T, ns string, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := kube.CoreV1().ConfigMaps(ns).Create(context.Background(), configMapNamed(fmt.Sprintf("cm-%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// versionsOf lists the resourceVersions of key's object changes, in order.
+func versionsOf(cs []*informer.Change, key string) []string {
+	var out []string
+	for _, c := range cs {
+		if c.Key == key && c.Object != nil && !c.IsMarker() {
+			out = append(out, c.Object.GetResourceVersion())
+		}
+	}
+	return out
+}
+
+func TestTheCheckpointNeverPassesAChangeASinkHoldsAndTheRestartDeliversItAgain(t *testing.T) {
+	ns := namespace(t)
+	createConfigMaps(t, ns, 5)
+	heldKey := "configmaps/" + ns + "/cm-0"
+	out := &holdingOutput{}
+	w := watcherOf(t, ns, out)
+	stop := runUntil(t, w)
+	out.hold(heldKey)
+
+	before := setData(t, ns, "cm-1", "before")
+	testkit.Eventually(t, "the checkpoint at the change before the held one", func() bool {
+		cp, _ := w.Checkpoint()
+		return cp[ns] == before
+	}, func() string { return fmt.Sprint(w.Checkpoint()) })
+	held := setData(t, ns, "cm-0", "held")
+	var later []string
+	for i := range 20 {
+		later = append(later, setData(t, ns, fmt.Sprintf("cm-%d", 1+i%4), fmt.Sprint(i)))
+	}
+	last := later[len(later)-1]
+	testkit.Eventually(t, "every later change handed to the sink", func() bool {
+		return slices.Contains(versionsOf(out.changes(), "configmaps/"+ns+"/cm-4"), last) ||
+			slices.Contains(versionsOf(out.changes(), "configmaps/"+ns+"/cm-"+fmt.Sprint(1+19%4)), last)
+	})
+	cp, _ := w.Checkpoint()
+	if rvNumber(t, cp[ns]) >= rvNumber(t, held) {
+		t.Fatalf("the checkpoint %s passed the held change %s of %s", cp[ns], held, heldKey)
+	}
+	if cp[ns] != before {
+		t.Fatalf("the checkpoint is %s, want %s: the last change before the held one", cp[ns], before)
+	}
+	// "Killed": nothing more is acknowledged.
+	stop()
+
+	resumed := &holdingOutput{}
+	w2 := watcherOf(t, ns, resumed)
+	w2.SetResume(&informer.Resume{Streams: cp})
+	runUntil(t, w2)
+	testkit.Eventually(t, "the held change delivered again", func() bool {
+		return slices.Contains(versionsOf(resumed.changes(), heldKey), held)
+	}, func() string { return fmt.Sprint(len(resumed.changes()), " changes after the restart") })
+	testkit.Eventually(t, "every later change delivered again", func() bool {
+		got := map[string]bool{}
+		for _, c := range resumed.changes() {
+			if c.Object != nil {
+				got[c.Object.GetResourceVersion()] = true
+			}
+		}
+		for _, rv := range later {
+			if !got[rv] {
+				return false
+			}
+		}
+		return true
+	})
+	for _, c := range resumed.changes() {
+		switch {
+		case c.Op == informer.OpGap:
+			t.Fatalf("a resume from a checkpoint the apiserver still holds declared a gap: %+v", *c.Gap)
+		case c.IsMarker() || c.Op == informer.OpSynced:
+			t.Fatalf("a resumed start sent a snapshot (%s): it should only load the store", c.Op)
+		case rvNumber(t, c.Object.GetResourceVersion()) <= rvNumber(t, cp[ns]):
+			t.Fatalf("the resumed watch delivered %s %s, at or before its checkpoint %s", c.Key, c.Object.GetResourceVersion(), cp[ns])
+		}
+	}
+}
+
+func TestAResumeFromACompactedCheckpointDeclaresOneGapThenASnapshot(t *testing.T) {
+	ns := namespace(t)
+	createConfigMaps(t, ns, 3)
+	out := &holdingOutput{}
+	w := watcherOf(t, ns, out)
+	stop := runUntil(t, w)
+	rv := setData(t, ns, "cm-0", "one")
+	testkit.Eventually(t, "the checkpoint at the last change", func() bool {
+		cp, _ := w.Checkpoint()
+		return cp[ns] == rv
+	})
+	cp, _ := w.Checkpoint()
+	stop()
+	// Down for longer than the history lasts.
+	setData(t, ns, "cm-1", "while down")
+	if err := kube.CoreV1().ConfigMaps(ns).Delete(context.Background(), "cm-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	compacted, err := cluster.CompactEtcd(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	after := &holdingOutput{}
+	w2 := watcherOf(t, ns, after)
+	w2.SetResume(&informer.Resume{Streams: cp})
+	runUntil(t, w2)
+	cs := after.changes()
+	var ops []string
+	for _, c := range cs {
+		ops = append(ops, string(c.Op))
+	}
+	if len(cs) < 3 || cs[0].Op != informer.OpGap || cs[1].Op != informer.OpSnapshotStarted {
+		t.Fatalf("the stream begins %v, want a gap, then a snapshot", ops)
+	}
+	g := cs[0].Gap
+	if g.From != cp[ns] || g.Namespace != ns || g.Reason != informer.GapExpired {
+		t.Fatalf("gap %+v, want from the checkpoint %s, namespace %s, reason %s", *g, cp[ns], ns, informer.GapExpired)
+	}
+	if rvNumber(t, g.To) < uint64(compacted) {
+		t.Fatalf("the gap ends at %s, before the compaction at %d: the relist cannot be older than that", g.To, compacted)
+	}
+	gaps := 0
+	for _, c := range cs {
+		if c.Op == informer.OpGap {
+			gaps++
+		}
+	}
+	if gaps != 1 {
+		t.Fatalf("%d gap events, want 1: %v", gaps, ops)
+	}
+	if !slices.Contains(ops, string(informer.OpSnapshotCompleted)) {
+		t.Fatalf("no completed snapshot after the gap: %v", ops)
+	}
+}
+
+// The process test: kubewire killed with SIGKILL under churn and started
+// again within 10 s resumes every watch, so every version the churn wrote
+// reaches the stream, including those written while it was down.
+func TestKubewireSIGKILLedUnderChurnResumesWithNoVersionMissingAndNoGap(t *testing.T) {
+	mode := "checkpoint"
+	if os.Getenv("KUBEWIRE_RESUME_CONTROL") == "1" {
+		// The control: the same run without a checkpoint must fail and
+		// name the versions it lost.
+		mode = "off"
+	}
+	testSIGKILLResume(t, mode)
+}
+
+const typeGap = "io.kubewire.watch.gap"
+
+func testSIGKILLResume(t *testing.T, mode string) {
+	ns := namespace(t)
+	k := newProcs(t, ns)
+	kafkaAddr, natsURL := startBrokers(t)
+	yaml := brokerConfig(ns, kafkaAddr, natsURL, "dispatch: {drainTimeout: 10s}\n", withStdout)
+	if err := os.WriteFile(k.config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--checkpoint", ns + "/kubewire-checkpoint"}
+	if mode == "off" {
+		flags = []string{"--checkpoint", "off"}
+	}
+	run := func(out string) (*exec.Cmd, func() []event.Event) { return k.start(t, out, flags...) }
+	first, stream1 := run("first.jsonl")
+	testkit.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
+	stop := make(chan struct{})
+	wg := churnEvery(ns, stop, 6*time.Millisecond) // about 100 accepted writes a second
+	churnStart := time.Now()
+	testkit.Eventually(t, "3s of churn and live events", func() bool { return time.Since(churnStart) > 3*time.Second && len(stream1()) > 100 })
+	// A checkpoint is saved about once a second.
+	testkit.Eventually(t, "a saved checkpoint", func() bool {
+		l, err := kube.CoordinationV1().Leases(ns).Get(context.Background(), "kubewire-checkpoint", metav1.GetOptions{})
+		return mode == "off" || err == nil && l.Annotations["kubewire.io/checkpoint"] != ""
+	})
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	killed := time.Now()
+	// Changes go on while kubewire is down, for a couple of seconds.
+	time.Sleep(2 * time.Second) // the downtime itself, not a synchronisation
+	_, stream2 := run("second.jsonl")
+	if d := time.Since(killed); d > 10*time.Second {
+		t.Fatalf("restarted %s after the kill, want within 10s", d)
+	}
+	restarted := time.Now()
+	testkit.Eventually(t, "3s of live events after the restart", func() bool {
+		return time.Since(restarted) > 3*time.Second && len(stream2()) > 100
+	})
+	close(stop)
+	wg.Wait()
+
+	all := func() []event.Event { return append(stream1(), stream2()...) }
+	converge(t, ns, stream1, stream2)
+	wg.checkOrder(t, all())
+	var gaps []string
+	for _, ev := range all() {
+		if ev.Type() == typeGap {
+			gaps = append(gaps, string(ev.Data()))
+		}
+	}
+	missing := wg.missing(all())
+	var names []string
+	n := 0
+	for k, idx := range missing {
+		n += len(idx)
+		names = append(names, fmt.Sprintf("%s versions #%v", k, idx))
+	}
+	slices.Sort(names)
+	t.Logf("%d changes written, %d versions missing, %d gaps", wg.changes.Load(), n, len(gaps))
+	if n > 0 {
+		t.Fatalf("%d versions the churn wrote are in no event:\n%s", n, strings.Join(names, "\n"))
+	}
+	if len(gaps) > 0 {
+		t.Fatalf("a restart within the watch window declared gaps: %v", gaps)
+	}
+	record("kubewire SIGKILLed under churn, resumed from its checkpoint (stdout)", wg.changes.Load(), len(all()), 0, 0)
+	verifyBrokers(t, yaml, "kubewire SIGKILLed under churn, resumed", wg.changes.Load())
+	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sink := range []string{"kafka", "js"} {
+		everyVersionIn(t, cfg, sink, wg)
+	}
+}
+
+// everyVersionIn requires every version the churn wrote to be in the
+// sink's topic or stream, in order per key, with no gap event.
+func everyVersionIn(t *testing.T, cfg *config.Config, sink string, wg *churner) {
+	t.Helper()
+	var evs []event.Event
+	var lost map[string][]int
+	testkit.Eventually(t, "every version written in "+sink, func() bool {
+		evs = evs[:0]
+		for _, p := range readPartitioned(t, cfg, sink) {
+			evs = append(evs, p.ev)
+		}
+		lost = wg.missing(evs)
+		return len(lost) == 0
+	}, func() string { return fmt.Sprintf("%s lacks versions: %v", sink, lost) })
+	wg.checkOrder(t, evs)
+	for _, ev := range evs {
+		if ev.Type() == typeGap {
+			t.Fatalf("%s carries a gap event: %s", sink, ev.Data())
+		}
+	}
+}
+
+type partitioned struct {
+	part string
+	ev   event.Event
+}
+
+// readPartitioned reads a sink's events in order, partition by partition.
+func readPartitioned(t *testing.T, cfg *config.Config, sink string) []partitioned {
+	t.Helper()
+	sc, _ := cfg.Sink(sink)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out []partitioned
+	var err error
+	switch blk := sc.Block.(type) {
+	case *kafka.Config:
+		topic := kafka.TopicName(blk.Topic, cfg.Cluster, "", "v1", "configmaps")
+		err = kafka.ReadTopic(ctx, blk, topic, func(r kafka.Record) error {
+			if r.Event != nil {
+				out = append(out, partitioned{part: strconv.Itoa(r.Partition), ev: *r.Event})
+			}
+			return nil
+		})
+	case *nats.Config:
+		err = nats.ReadStream(ctx, blk, func(ev *event.Event) error {
+			out = append(out, partitioned{ev: *ev})
+			return nil
+		})
+	}
+	if err != nil {
+		t.Fatalf("read %s: %v", sink, err)
+	}
+	return out
+}
