@@ -38,6 +38,10 @@ type Report struct {
 	Resources                      []ResourceReport
 	// OrderViolations lists every resourceVersion that went backwards.
 	OrderViolations []string
+	// Gaps lists the gaps kubewire declared in the stream: ranges of
+	// versions whose changes may be missing. They are not divergences: the
+	// snapshot after each repairs the view.
+	Gaps []Gap
 }
 
 // ResourceReport compares one resource's view with the cluster.
@@ -73,6 +77,9 @@ func (r *Report) Print(w io.Writer) {
 	for _, v := range r.OrderViolations {
 		fmt.Fprintf(w, "order violation: %s\n", v)
 	}
+	for _, g := range r.Gaps {
+		fmt.Fprintf(w, "gap: %s\n", g)
+	}
 	fmt.Fprintf(w, "sink %s: read %d events (%d duplicates) and %d tombstones\n", r.Sink, r.Events, r.Duplicates, r.Tombstones)
 	fmt.Fprintf(w, "%-40s %8s %8s %10s\n", "RESOURCE", "VIEW", "CLUSTER", "DIVERGENT")
 	for _, rr := range r.Resources {
@@ -83,6 +90,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "%-40s %8d %8d %10d\n", rr.Name, rr.InView, rr.InCluster, len(rr.Divergent))
 	}
 	fmt.Fprintf(w, "order violations: %d\n", len(r.OrderViolations))
+	fmt.Fprintf(w, "gaps: %d\n", len(r.Gaps))
 }
 
 // Run reads the sink's topic(s) or stream from the beginning, applies the
@@ -140,6 +148,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	rep.OrderViolations = view.Problems
 	rep.Duplicates = view.Duplicates
+	rep.Gaps = view.Gaps
 
 	for _, t := range targets {
 		judge, err := informer.NewJudge(t.cfg)
