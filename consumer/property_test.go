@@ -40,11 +40,15 @@ type rec struct {
 	Count      int    // records enqueued, for completed
 	Conflated  int    // changes this event stands for, if conflated
 	Incomplete int    // records not delivered, if the window is incomplete
+	// From and RV are a gap's range (From, RV], Reason its reason.
+	From   int
+	Reason string
 }
 
 const (
 	tAdded, tUpdated, tDeleted, tSynced = encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeDeleted, encoding.TypeSynced
 	tStarted, tCompleted                = encoding.TypeSnapshotStarted, encoding.TypeSnapshotCompleted
+	tGap                                = encoding.TypeGap
 	vectorResource                      = "configmaps"
 )
 
@@ -55,6 +59,8 @@ func (r rec) live() bool   { return r.Type == tAdded || r.Type == tUpdated || r.
 func (r rec) id() string {
 	op := r.Type[strings.LastIndexByte(r.Type, '.')+1:]
 	switch {
+	case r.Type == tGap:
+		return r.Key + "/gap/" + strconv.Itoa(r.From) + "-" + strconv.Itoa(r.RV)
 	case r.marker():
 		return r.SID + "/" + op
 	case r.Type == tSynced:
@@ -72,6 +78,11 @@ func (r rec) event() *event.Event {
 	e.SetExtension(encoding.ExtPartitionKey, r.Key)
 	if r.SID != "" {
 		e.SetExtension(encoding.ExtSnapshotID, r.SID)
+	}
+	if r.Type == tGap {
+		_ = e.SetData(event.ApplicationJSON, map[string]any{"group": "", "version": "v1", "resource": vectorResource,
+			"from": strconv.Itoa(r.From), "to": strconv.Itoa(r.RV), "reason": r.Reason})
+		return &e
 	}
 	if r.marker() {
 		data := map[string]any{"snapshotId": r.SID, "group": "", "version": "v1", "resource": vectorResource}

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"encoding/json"
 	"sort"
 	"strings"
 	"sync"
@@ -35,6 +36,28 @@ type Options struct {
 	// compaction dropped the object's earlier events), and for a delete of
 	// a key a snapshot already pruned. It must not call the View.
 	OnDeleteNotHeld func(Problem)
+	// OnWatchGap, if set, is called for every watch.gap event kubewire sent
+	// (once per gap: its copies in other partitions and its repeats are
+	// skipped), after the event was handled. The gap says that changes in
+	// its range may never have been sent; the View's state is not changed
+	// by it, and the snapshot that follows it converges the View. An
+	// audit consumer records the range as possibly lost. It must not call
+	// the View.
+	OnWatchGap func(WatchGap)
+}
+
+// WatchGap is a watch.gap event: kubewire could not go on watching a
+// resource from where it was, so changes of the resource (in Namespace,
+// if set) whose resourceVersion is in (From, To] may be missing from the
+// stream. It is not View.Gap, which records events the broker lost.
+type WatchGap struct {
+	// Position is where the event was read; ID is its id.
+	Position Position
+	ID       string
+	// Key is the resource's partition key, e.g. "configmaps" or
+	// "widgets.demo.kubewire.io".
+	Key string
+	encoding.Gap
 }
 
 // View is the state a consumer builds from kubewire's events, by the
@@ -63,6 +86,9 @@ type Options struct {
 //     cache.DeletedFinalStateUnknown, as client-go does for deletes noticed
 //     by a relist;
 //   - a conflated event is applied as any other: it carries the newest state.
+//   - a watch.gap event changes nothing (the snapshot that follows it
+//     converges the view); it is reported to Options.OnWatchGap, once per
+//     gap, and counted in Stats.WatchGaps and WatchGapsTotal.
 //
 // Apply, Tombstone and Gap may be called from several goroutines (one per
 // partition): they are serialised, and handlers are called in that order,
@@ -94,11 +120,16 @@ type View struct {
 	// (matched or not). A restart can deliver a window again after later
 	// events; its markers and records are then skipped. One entry per
 	// snapshot and partition: snapshots come every snapshotInterval.
-	done   map[windowKey]struct{}
-	pos    Positions
-	seq    uint64
-	stats  Stats
-	intern map[string]string
+	done map[windowKey]struct{}
+	// watchGaps holds the ids of the watch.gap events handled: a gap goes
+	// to every partition, and is reported once. One entry per gap.
+	watchGaps map[string]struct{}
+	// newGaps are the gaps of the event being applied, for deliver.
+	newGaps []WatchGap
+	pos     Positions
+	seq     uint64
+	stats   Stats
+	intern  map[string]string
 
 	handlers  []handler
 	observers []func(change)
@@ -125,6 +156,9 @@ type Stats struct {
 	Conflated, FinalStateUnknown int64
 	// Gaps counts events known to be lost by the broker (see Gap).
 	Gaps int64
+	// WatchGaps counts the watch.gap events kubewire sent, each once (see
+	// Options.OnWatchGap).
+	WatchGaps int64
 	// Replayed counts snapshot markers and synced records skipped because
 	// their snapshot window had already been applied in that partition.
 	Replayed int64
@@ -179,7 +213,7 @@ type change struct {
 // NewView returns an empty View.
 func NewView(opt Options) *View {
 	return &View{
-		opt: opt, objects: map[string]*entry{}, byNamespace: map[string]map[string]*entry{}, gone: map[string]entry{}, pruned: map[string]uint64{}, windows: map[windowKey]window{}, done: map[windowKey]struct{}{},
+		opt: opt, objects: map[string]*entry{}, byNamespace: map[string]map[string]*entry{}, gone: map[string]entry{}, pruned: map[string]uint64{}, windows: map[windowKey]window{}, done: map[windowKey]struct{}{}, watchGaps: map[string]struct{}{},
 		pos: Positions{}, intern: map[string]string{}, sync: newSyncState(),
 	}
 }
@@ -219,8 +253,15 @@ func (v *View) Apply(pos Position, ev *event.Event) {
 	v.mu.Lock()
 	cs, ps := v.apply(pos, ev)
 	v.advance(pos)
+	gaps := v.newGaps
+	v.newGaps = nil
 	v.mu.Unlock()
 	v.deliver(cs, ps)
+	if v.opt.OnWatchGap != nil {
+		for _, g := range gaps {
+			v.opt.OnWatchGap(g)
+		}
+	}
 }
 
 // Tombstone applies a Kafka tombstone (a record with a key and no value)
@@ -305,6 +346,8 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		return nil, nil
 	case encoding.TypeSnapshotCompleted:
 		return v.complete(pos, ev, key), nil
+	case encoding.TypeGap:
+		return nil, v.watchGap(pos, ev, key, problem)
 	case encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeSynced, encoding.TypeDeleted:
 	default:
 		return nil, problem(ProblemUnknownType, ev.Type())
@@ -415,6 +458,23 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		return []change{{pos: pos, kind: watch.Added, key: key, obj: &e.Object}}, nil
 	}
 	return []change{{pos: pos, kind: watch.Modified, key: key, old: &held.Object, obj: &e.Object}}, nil
+}
+
+// watchGap notes a watch.gap event. It changes no object: the snapshot that
+// follows it does.
+func (v *View) watchGap(pos Position, ev *event.Event, key string, problem func(reason, detail string) []Problem) []Problem {
+	if _, ok := v.watchGaps[ev.ID()]; ok {
+		return nil
+	}
+	var g encoding.Gap
+	if err := json.Unmarshal(ev.Data(), &g); err != nil {
+		return problem(ProblemMalformed, "gap data: "+err.Error())
+	}
+	v.watchGaps[ev.ID()] = struct{}{}
+	v.stats.WatchGaps++
+	WatchGapsTotal.WithLabelValues(key, g.Reason).Inc()
+	v.newGaps = append(v.newGaps, WatchGap{Position: pos, ID: ev.ID(), Key: key, Gap: g})
+	return nil
 }
 
 // notHeld returns p for deliver, which passes it to OnDeleteNotHeld.

@@ -38,6 +38,9 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 			c := ev.Clone()
 			if e.conflated > 0 {
 				c.SetExtension(encoding.ExtConflated, strconv.Itoa(e.conflated))
+				if e.conflatedFrom != "" {
+					c.SetExtension(encoding.ExtConflatedFrom, e.conflatedFrom)
+				}
 			}
 			if e.incomplete > 0 {
 				c.SetExtension(encoding.ExtIncomplete, strconv.Itoa(e.incomplete))

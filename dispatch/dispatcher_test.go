@@ -56,6 +56,44 @@ func rvOf(ev *encoding.Event) int {
 
 func key(ev *encoding.Event) string { return ev.Extensions()[encoding.ExtPartitionKey].(string) }
 
+// checkConflatedRanges asserts, for keys whose changes have consecutive
+// resourceVersions, that a conflated event declares exactly the versions
+// it stands for: conflatedfrom is the version after the key's previous
+// event (1 for the first), and the count is how many versions lie between
+// conflatedfrom and its own. It returns how many conflated events it saw.
+func checkConflatedRanges(t *testing.T, evs []*encoding.Event) int {
+	t.Helper()
+	prev, n := map[string]int{}, 0
+	for _, ev := range evs {
+		if ev.Type() != encoding.TypeAdded && ev.Type() != encoding.TypeUpdated && ev.Type() != encoding.TypeDeleted {
+			continue
+		}
+		k, rv := key(ev), rvOf(ev)
+		if rv == prev[k] {
+			continue // a retry's duplicate
+		}
+		count, conflated := ev.Lookup(encoding.ExtConflated)
+		from, hasFrom := ev.Lookup(encoding.ExtConflatedFrom)
+		switch {
+		case conflated && !hasFrom:
+			t.Errorf("%s at rv %d: conflated %s without conflatedfrom", k, rv, count)
+		case !conflated && hasFrom:
+			t.Errorf("%s at rv %d: conflatedfrom %s without conflated", k, rv, from)
+		case conflated:
+			n++
+			f, _ := strconv.Atoi(from)
+			c, _ := strconv.Atoi(count)
+			if f != prev[k]+1 || c != rv-f {
+				t.Errorf("%s at rv %d after rv %d: conflated %s from %s, want %d from %d", k, rv, prev[k], count, from, rv-prev[k]-1, prev[k]+1)
+			}
+		case rv != prev[k]+1:
+			t.Errorf("%s went from rv %d to %d and does not say it folded the versions between", k, prev[k], rv)
+		}
+		prev[k] = rv
+	}
+	return n
+}
+
 func TestEachObjectsEventsArriveInOrderWhileTheSinkFailsAtRandom(t *testing.T) {
 	rec := &memsink.Sink{}
 	rec.FailRate(0.3)
@@ -195,6 +233,7 @@ func TestAFullBufferConflatesPerObjectAndNeverFoldsADelete(t *testing.T) {
 	if folded == 0 {
 		t.Error("no event carried a conflated count")
 	}
+	checkConflatedRanges(t, rec.Events())
 	if c := metrics.Sum("kubewire_events_conflated_total", map[string]string{"sink": "conflate"}); c == 0 {
 		t.Error("kubewire_events_conflated_total did not move")
 	}

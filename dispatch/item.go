@@ -16,9 +16,12 @@ type Item struct {
 	// spool, where Change.Object is gone.
 	size int64
 	// conflated is how many earlier changes were folded into it before it
-	// was spooled, and folded their Marks.
-	conflated int
-	folded    []informer.Mark
+	// was spooled, and folded their Marks; conflatedFrom is the
+	// resourceVersion of the oldest of them ("" when a record of an older
+	// kubewire did not say).
+	conflated     int
+	folded        []informer.Mark
+	conflatedFrom string
 
 	once sync.Once
 	ev   *encoding.Event
@@ -32,6 +35,18 @@ func NewItem(c *informer.Change) *Item { return &Item{Change: c} }
 func (it *Item) Event() (*encoding.Event, error) {
 	it.once.Do(func() { it.ev, it.err = encoding.New(it.Change) })
 	return it.ev, it.err
+}
+
+// resourceVersion is the version of the item's object: from the object, or
+// for an item read back from a spool, whose object is gone, from its event.
+func (it *Item) resourceVersion() string {
+	if o := it.Change.Object; o != nil {
+		return o.GetResourceVersion()
+	}
+	if ev, err := it.Event(); err == nil {
+		return ev.Extension(encoding.ExtResourceVersion)
+	}
+	return ""
 }
 
 // bytes is the item's size as counted against Options.BufferBytes.

@@ -15,9 +15,12 @@ type entry struct {
 	// size is the item's Change.Size, as counted in the dispatcher's bytes.
 	size int64
 	// conflated counts the earlier changes of this object folded into it;
-	// folded holds their Marks, done when this entry is.
-	conflated int
-	folded    []informer.Mark
+	// folded holds their Marks, done when this entry is; conflatedFrom is
+	// the resourceVersion of the oldest of them, so that the event can say
+	// which versions it stands for.
+	conflated     int
+	folded        []informer.Mark
+	conflatedFrom string
 	// epoch is the number of barriers queued before this entry. Folding is
 	// allowed only within one epoch: moving a change across a snapshot
 	// marker would change what the consumer's snapshot rule concludes.
@@ -64,13 +67,17 @@ func (s *shard) push(it *Item, full bool) (appended bool, delta int64) {
 			// stands for it is: until then its versions are declared
 			// nowhere.
 			p.folded = append(append(p.folded, p.item.Change.Mark), it.folded...)
+			if p.conflated == 0 {
+				// The queued change is the first one folded away.
+				p.conflatedFrom = p.item.resourceVersion()
+			}
 			p.item, p.size = it, size
 			p.conflated += 1 + it.conflated
 			s.mu.Unlock()
 			return false, delta
 		}
 	}
-	e := &entry{item: it, key: key, epoch: s.epoch, size: size, conflated: it.conflated, folded: it.folded}
+	e := &entry{item: it, key: key, epoch: s.epoch, size: size, conflated: it.conflated, folded: it.folded, conflatedFrom: it.conflatedFrom}
 	s.q = append(s.q, e)
 	s.pending[key] = e
 	s.mu.Unlock()

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,11 +19,13 @@ import (
 // not have resolved yet).
 //
 //	version  byte (1)
-//	flags    byte (1 = snapshot marker, 2 = marks follow)
+//	flags    byte (1 = marker: a snapshot marker or a gap, 2 = marks
+//	         follow, 4 = conflated from follows)
 //	conflated, size                       uvarint
 //	observed (unix nanoseconds)           varint
 //	key, op, resource prefix, snapshot id uvarint length + bytes
 //	marks (flag 2): count, then (stream, seq) pairs, uvarint
+//	conflated from (flag 4)               uvarint length + bytes
 //	event                                 the rest, JSON
 //
 // The marks are the change's place in its watch stream, and those of the
@@ -31,11 +34,18 @@ import (
 // is delivered. A record of an earlier process carries marks that match
 // no stream, and none are needed: its process's checkpoint stayed behind
 // it.
+//
+// Conflated from is the resourceVersion of the first change folded into
+// the record's (ExtConflatedFrom); a record without it, as an older
+// kubewire wrote them, goes out without the extension. A gap's range is not
+// stored apart: the event's data holds it, and the Change's Gap is read
+// back from there.
 const spoolRecordVersion = 1
 
 const (
-	flagMarker = 1
-	flagMarks  = 2
+	flagMarker        = 1
+	flagMarks         = 2
+	flagConflatedFrom = 4
 )
 
 // spoolAttributesBytes is room for an event's attributes and extensions in
@@ -53,6 +63,9 @@ func appendSpoolRecord(b []byte, e *entry, ev *encoding.Event) []byte {
 	marks := e.marks()
 	if len(marks) > 0 {
 		flags |= flagMarks
+	}
+	if e.conflatedFrom != "" {
+		flags |= flagConflatedFrom
 	}
 	b = append(b, spoolRecordVersion, flags)
 	b = binary.AppendUvarint(b, uint64(e.conflated))
@@ -73,6 +86,10 @@ func appendSpoolRecord(b []byte, e *entry, ev *encoding.Event) []byte {
 			b = binary.AppendUvarint(binary.AppendUvarint(b, stream), seq)
 		}
 	}
+	if e.conflatedFrom != "" {
+		b = binary.AppendUvarint(b, uint64(len(e.conflatedFrom)))
+		b = append(b, e.conflatedFrom...)
+	}
 	// Written in place, after room for the data is made once: a Pod's
 	// event is about 12 KB, and growing the record step by step, or
 	// copying a separate encoding into it, cost a snapshot that spools
@@ -83,15 +100,16 @@ func appendSpoolRecord(b []byte, e *entry, ev *encoding.Event) []byte {
 
 // spoolRecord is a record read back.
 type spoolRecord struct {
-	marker    bool
-	conflated int
-	size      int64
-	observed  time.Time
-	key, op   string
-	prefix    string
-	snapshot  string
-	marks     []informer.Mark
-	event     *encoding.Event
+	marker        bool
+	conflated     int
+	conflatedFrom string
+	size          int64
+	observed      time.Time
+	key, op       string
+	prefix        string
+	snapshot      string
+	marks         []informer.Mark
+	event         *encoding.Event
 }
 
 func parseSpoolRecord(b []byte) (*spoolRecord, error) {
@@ -100,6 +118,7 @@ func parseSpoolRecord(b []byte) (*spoolRecord, error) {
 	}
 	r := &spoolRecord{marker: b[1]&flagMarker != 0}
 	hasMarks := b[1]&flagMarks != 0
+	hasConflatedFrom := b[1]&flagConflatedFrom != 0
 	b = b[2:]
 	u := func() uint64 {
 		v, n := binary.Uvarint(b)
@@ -144,6 +163,14 @@ func parseSpoolRecord(b []byte) (*spoolRecord, error) {
 			}
 		}
 	}
+	if hasConflatedFrom {
+		l := u()
+		if b == nil || uint64(len(b)) < l {
+			return nil, errBadRecord
+		}
+		r.conflatedFrom = string(b[:l])
+		b = b[l:]
+	}
 	// The JSON event format: records written by earlier versions, through
 	// sdk-go, read back the same.
 	var err error
@@ -162,9 +189,15 @@ func (r *spoolRecord) item(res func(prefix string) *informer.Resource) *Item {
 		Key:        r.key,
 		SnapshotID: r.snapshot,
 		Observed:   r.observed,
-	}, size: r.size, conflated: r.conflated}
+	}, size: r.size, conflated: r.conflated, conflatedFrom: r.conflatedFrom}
 	if len(r.marks) > 0 {
 		it.Change.Mark, it.folded = r.marks[0], r.marks[1:]
+	}
+	if it.Change.Op == informer.OpGap {
+		var g encoding.Gap
+		if err := json.Unmarshal(r.event.Data(), &g); err == nil {
+			it.Change.Gap = &informer.Gap{Namespace: g.Namespace, From: g.From, To: g.To, Reason: g.Reason}
+		}
 	}
 	it.once.Do(func() { it.ev = r.event })
 	return it

@@ -29,6 +29,10 @@ const (
 	TypeSynced            = TypePrefix + "object.synced"
 	TypeSnapshotStarted   = TypePrefix + "snapshot.started"
 	TypeSnapshotCompleted = TypePrefix + "snapshot.completed"
+	// TypeGap says that changes of a resource in a range of its
+	// resourceVersions may be missing from the stream (see Gap); a snapshot
+	// of the resource follows it.
+	TypeGap = TypePrefix + "watch.gap"
 )
 
 var types = map[informer.Op]string{
@@ -38,6 +42,7 @@ var types = map[informer.Op]string{
 	informer.OpSynced:            TypeSynced,
 	informer.OpSnapshotStarted:   TypeSnapshotStarted,
 	informer.OpSnapshotCompleted: TypeSnapshotCompleted,
+	informer.OpGap:               TypeGap,
 }
 
 // SnapshotMarker is the data of snapshot.started and snapshot.completed.
@@ -48,6 +53,35 @@ type SnapshotMarker struct {
 	Resource   string `json:"resource"`
 	// Count is the number of records in the snapshot; only on completed.
 	Count *int `json:"count,omitempty"`
+}
+
+// Gap is the data of a watch.gap event: changes of the resource (in
+// Namespace, when the resource is watched per namespace) whose
+// resourceVersion is in (From, To] may be missing from the stream.
+type Gap struct {
+	Group    string `json:"group"`
+	Version  string `json:"version"`
+	Resource string `json:"resource"`
+	// Namespace is set when the gap is in one namespace's watch only.
+	Namespace string `json:"namespace,omitempty"`
+	// From is the last resourceVersion known to be delivered, To the
+	// version of the list that took over.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Reason is why the watch could not go on: informer.GapExpired,
+	// GapTooLarge or GapConfigChanged.
+	Reason string `json:"reason"`
+}
+
+// GapID is the id of a gap event: "<keyprefix>[/<namespace>]/gap/<from>-<to>".
+// The same gap sent again (a retry, a restart that declares it once more)
+// has the same id.
+func GapID(keyPrefix, namespace, from, to string) string {
+	id := keyPrefix
+	if namespace != "" {
+		id += "/" + namespace
+	}
+	return strings.TrimSpace(id + "/gap/" + from + "-" + to)
 }
 
 // New builds the event of c. Its id is deterministic, so the same change
@@ -75,7 +109,19 @@ func New(c *informer.Change) (*Event, error) {
 	e.SetExtension(ExtKind, ra.kind)
 	var data []byte
 	var err error
-	if c.IsMarker() {
+	switch {
+	case c.Op == informer.OpGap:
+		g := c.Gap
+		if g == nil {
+			return nil, fmt.Errorf("encoding: gap change for %s has no gap", c.Key)
+		}
+		e.id = GapID(r.KeyPrefix, g.Namespace, g.From, g.To)
+		if g.Namespace != "" {
+			e.SetExtension(ExtNamespace, g.Namespace)
+		}
+		data, err = json.Marshal(Gap{Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource,
+			Namespace: g.Namespace, From: g.From, To: g.To, Reason: g.Reason})
+	case c.IsMarker():
 		e.id = strings.TrimSpace(c.SnapshotID + "/" + string(c.Op))
 		e.SetExtension(ExtSnapshotID, c.SnapshotID)
 		m := SnapshotMarker{SnapshotID: c.SnapshotID, Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource}
@@ -84,7 +130,7 @@ func New(c *informer.Change) (*Event, error) {
 			m.Count = &n
 		}
 		data, err = json.Marshal(m)
-	} else {
+	default:
 		o := c.Object
 		if o == nil {
 			return nil, fmt.Errorf("encoding: %s change for %s has no object", c.Op, c.Key)

@@ -36,7 +36,29 @@ func eventWithSetters(c *informer.Change) (*event.Event, error) {
 	ev.SetExtension(ExtKind, r.Kind)
 	var data []byte
 	var err error
-	if c.IsMarker() {
+	if c.Op == informer.OpGap {
+		if c.Gap == nil {
+			return nil, fmt.Errorf("encoding: gap change for %s has no gap", c.Key)
+		}
+		id := r.KeyPrefix
+		if c.Gap.Namespace != "" {
+			id += "/" + c.Gap.Namespace
+			ev.SetExtension(ExtNamespace, c.Gap.Namespace)
+		}
+		ev.SetID(id + "/gap/" + c.Gap.From + "-" + c.Gap.To)
+		// The contract's field order: group, version, resource,
+		// namespace (only when set), from, to, reason.
+		d := struct {
+			Group     string `json:"group"`
+			Version   string `json:"version"`
+			Resource  string `json:"resource"`
+			Namespace string `json:"namespace,omitempty"`
+			From      string `json:"from"`
+			To        string `json:"to"`
+			Reason    string `json:"reason"`
+		}{r.GVR.Group, r.GVR.Version, r.GVR.Resource, c.Gap.Namespace, c.Gap.From, c.Gap.To, c.Gap.Reason}
+		data, err = json.Marshal(d)
+	} else if c.IsMarker() {
 		ev.SetID(c.SnapshotID + "/" + string(c.Op))
 		ev.SetExtension(ExtSnapshotID, c.SnapshotID)
 		m := SnapshotMarker{SnapshotID: c.SnapshotID, Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource}
@@ -142,6 +164,11 @@ func setterCases(t *testing.T) []*informer.Change {
 		cs = append(cs,
 			&informer.Change{Op: informer.OpSnapshotStarted, Resource: res, Key: res.KeyPrefix, SnapshotID: "s1", Observed: at},
 			&informer.Change{Op: informer.OpSnapshotCompleted, Resource: res, Key: res.KeyPrefix, SnapshotID: " s2 ", Count: 3, Observed: at},
+			&informer.Change{Op: informer.OpGap, Resource: res, Key: res.KeyPrefix, Observed: at,
+				Gap: &informer.Gap{From: "100", To: "250", Reason: informer.GapExpired}},
+			&informer.Change{Op: informer.OpGap, Resource: res, Key: res.KeyPrefix, Observed: at,
+				Gap: &informer.Gap{Namespace: "team-a", From: "", To: " 7 ", Reason: informer.GapConfigChanged}},
+			&informer.Change{Op: informer.OpGap, Resource: res, Key: res.KeyPrefix},
 			&informer.Change{Op: "renamed", Resource: res, Key: res.KeyPrefix},
 			&informer.Change{Op: informer.OpAdded, Resource: res, Key: res.KeyPrefix},
 		)

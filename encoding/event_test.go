@@ -2,6 +2,7 @@ package encoding_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +104,58 @@ func TestSnapshotMarkersCarryTheirIDAndCount(t *testing.T) {
 	if ev.Type() != encoding.TypeSnapshotCompleted || ev.ID() != "s2/completed" || ev.Extensions()["partitionkey"] != "configmaps" ||
 		m.Count == nil || *m.Count != 12 || m.SnapshotID != "s2" || m.Resource != "configmaps" {
 		t.Fatalf("got %s %s %v %s", ev.Type(), ev.ID(), ev.Extensions(), ev.Data())
+	}
+}
+
+func TestAGapEventNamesTheRangeAndHasAnIDThatARepeatShares(t *testing.T) {
+	r := informer.NewResource("prod", schema.GroupVersionResource{Group: "demo.kubewire.io", Version: "v1", Resource: "widgets"}, "Widget", true)
+	gap := func(ns string) *informer.Change {
+		return &informer.Change{Op: informer.OpGap, Resource: r, Key: r.KeyPrefix, Observed: time.Now(),
+			Gap: &informer.Gap{Namespace: ns, From: "100", To: "250", Reason: informer.GapExpired}}
+	}
+	for _, tc := range []struct {
+		name, ns, id string
+		wantExt      map[string]string
+		wantData     encoding.Gap
+	}{
+		{
+			name: "a cluster-wide watch", id: "widgets.demo.kubewire.io/gap/100-250",
+			wantExt:  map[string]string{"partitionkey": "widgets.demo.kubewire.io", "cluster": "prod", "apiversion": "demo.kubewire.io/v1", "kind": "Widget"},
+			wantData: encoding.Gap{Group: "demo.kubewire.io", Version: "v1", Resource: "widgets", From: "100", To: "250", Reason: "expired"},
+		},
+		{
+			name: "one namespace's watch", ns: "team-a", id: "widgets.demo.kubewire.io/team-a/gap/100-250",
+			wantExt:  map[string]string{"partitionkey": "widgets.demo.kubewire.io", "cluster": "prod", "apiversion": "demo.kubewire.io/v1", "kind": "Widget", "namespace": "team-a"},
+			wantData: encoding.Gap{Group: "demo.kubewire.io", Version: "v1", Resource: "widgets", Namespace: "team-a", From: "100", To: "250", Reason: "expired"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, err := encoding.New(gap(tc.ns))
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, _ := encoding.New(gap(tc.ns))
+			if ev.Type() != encoding.TypeGap || ev.Type() != "io.kubewire.watch.gap" || ev.ID() != tc.id || again.ID() != ev.ID() || ev.Subject() != "" {
+				t.Errorf("type %s id %s (again %s) subject %q", ev.Type(), ev.ID(), again.ID(), ev.Subject())
+			}
+			if got := ev.Extensions(); len(got) != len(tc.wantExt) {
+				t.Errorf("extensions %v, want %v", got, tc.wantExt)
+			}
+			for k, v := range tc.wantExt {
+				if got := ev.Extension(k); got != v {
+					t.Errorf("extension %s = %q, want %q", k, got, v)
+				}
+			}
+			var d encoding.Gap
+			if err := json.Unmarshal(ev.Data(), &d); err != nil || d != tc.wantData {
+				t.Errorf("data %s, want %+v (%v)", ev.Data(), tc.wantData, err)
+			}
+			if tc.ns == "" && strings.Contains(string(ev.Data()), "namespace") {
+				t.Errorf("a cluster-wide gap's data names a namespace: %s", ev.Data())
+			}
+		})
+	}
+	if _, err := encoding.New(&informer.Change{Op: informer.OpGap, Resource: r, Key: r.KeyPrefix}); err == nil {
+		t.Error("a gap change without its Gap was encoded")
 	}
 }

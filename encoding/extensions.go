@@ -29,6 +29,11 @@ const (
 	// its object folded together while the buffer was full; its value is
 	// how many earlier changes were folded in. The dispatcher sets it.
 	ExtConflated = "conflated"
+	// ExtConflatedFrom goes with ExtConflated: the resourceVersion of the
+	// oldest change folded into the event. Changes of the object from that
+	// version up to the event's own resourceversion were not sent, the
+	// first of them included.
+	ExtConflatedFrom = "conflatedfrom"
 	// ExtPayload marks an event whose data is a reference to the object
 	// instead of the object itself, because the full event was larger than
 	// the broker accepts. Its value is PayloadReference, and the data has
@@ -51,7 +56,7 @@ const PayloadReference = shape.PayloadReference
 // something per name once (binding header names) instead of per event.
 var Extensions = []string{
 	ExtPartitionKey, ExtAPIVersion, ExtKind, ExtNamespace, ExtName, ExtUID, ExtResourceVersion,
-	ExtCluster, ExtSnapshotID, ExtFinalStateUnknown, ExtIncomplete, ExtConflated, ExtPayload,
+	ExtCluster, ExtSnapshotID, ExtFinalStateUnknown, ExtIncomplete, ExtConflated, ExtConflatedFrom, ExtPayload,
 	ExtChangedBy, ExtChangeOp, ExtChangeTime,
 }
 

@@ -35,6 +35,7 @@ func structuredCorpus(t *testing.T) map[string]*Event {
 				t.Fatal(err)
 			}
 			e.SetExtension(ExtConflated, "3")
+			e.SetExtension(ExtConflatedFrom, "17")
 			out[c.name+"/"+payload] = e
 			ref, err := ReferenceEvent(e)
 			if err != nil {

@@ -1,8 +1,14 @@
 // Command audit-consumer appends every event of a kubewire Kafka topic to a
 // JSON lines file: one line per event, tombstone and gap, never rewritten.
 // An event that stands for several changes folded together (kubewire's
-// buffer was full) has "conflated": "<n>", n the changes folded in, and a "gap" line says events were lost (retention
-// deleted them before they were read, or the topic was created again).
+// buffer was full) has "conflated": "<n>", n the changes folded in, and
+// "conflatedFrom", the first version folded. A "gap" line says events were
+// lost by the broker (retention deleted them before they were read, or the
+// topic was created again). An event line of kubewire's watch.gap event
+// has a note naming the range of versions whose changes kubewire may never
+// have sent (its watch could not resume); the snapshot that follows gives
+// the state after it. kubewire sends it to every partition, so it is
+// written once per partition.
 //
 // It keeps its position in <out>.position and goes on from there when
 // restarted. Delivery is at least once: after a crash some lines are written
@@ -45,13 +51,15 @@ func main() {
 
 // line is one line of the audit file.
 type line struct {
-	Kind      string          `json:"kind"` // event, tombstone, gap or malformed
-	Partition string          `json:"partition"`
-	Offset    int64           `json:"offset"`
-	Key       string          `json:"key,omitempty"`
-	Conflated string          `json:"conflated,omitempty"` // how many earlier changes were folded in
-	Note      string          `json:"note,omitempty"`
-	Event     json.RawMessage `json:"event,omitempty"`
+	Kind      string `json:"kind"` // event, tombstone, gap or malformed
+	Partition string `json:"partition"`
+	Offset    int64  `json:"offset"`
+	Key       string `json:"key,omitempty"`
+	Conflated string `json:"conflated,omitempty"` // how many earlier changes were folded in
+	// ConflatedFrom is the resourceVersion of the first change folded in.
+	ConflatedFrom string          `json:"conflatedFrom,omitempty"`
+	Note          string          `json:"note,omitempty"`
+	Event         json.RawMessage `json:"event,omitempty"`
 }
 
 // run appends the topic's events to the file at path until ctx ends.
@@ -77,6 +85,16 @@ func run(ctx context.Context, brokers []string, topic, path string, caughtUp fun
 		switch r.Kind {
 		case consumer.ReadEvent:
 			l.Conflated, _ = r.Event.Extensions()[encoding.ExtConflated].(string)
+			l.ConflatedFrom, _ = r.Event.Extensions()[encoding.ExtConflatedFrom].(string)
+			if r.Event.Type() == encoding.TypeGap {
+				var g encoding.Gap
+				if json.Unmarshal(r.Event.Data(), &g) == nil {
+					l.Note = fmt.Sprintf("changes with resourceVersion in (%s, %s] may be missing (%s)", g.From, g.To, g.Reason)
+					if g.Namespace != "" {
+						l.Note = "in namespace " + g.Namespace + ", " + l.Note
+					}
+				}
+			}
 			l.Event, _ = r.Event.MarshalJSON()
 		case consumer.ReadGap:
 			l.Note = fmt.Sprintf("events before offset %d were lost", r.Position.Offset)

@@ -144,3 +144,28 @@ func TestTheAuditConsumerAppendsEveryEventMarksConflatedAndGapsAndResumes(t *tes
 		t.Fatalf("after a gap the file holds\n%q\nwant\n%q", got, third)
 	}
 }
+
+func TestAWatchGapLineNamesTheRangeKubewireMayNotHaveSent(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	addr := kc.ListenAddrs()[0]
+	s, topic := kafkaSink(t, addr)
+	out := filepath.Join(t.TempDir(), "audit.jsonl")
+	send(t, s, []*informer.Change{{Op: informer.OpGap, Resource: sinktest.Resource, Key: sinktest.Resource.KeyPrefix, Observed: time.Now(),
+		Gap: &informer.Gap{Namespace: "team-a", From: "4", To: "9", Reason: informer.GapExpired}}}, nil)
+	runOnce(t, addr, topic, out)
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l line
+	if err := json.Unmarshal(raw, &l); err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	if want := "in namespace team-a, changes with resourceVersion in (4, 9] may be missing (expired)"; l.Kind != "event" || l.Note != want {
+		t.Errorf("the gap's line is %s, want an event line with the note %q", raw, want)
+	}
+}

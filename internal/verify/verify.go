@@ -41,6 +41,10 @@ type Report struct {
 	Resources []ResourceReport
 	// OrderViolations lists every resourceVersion that went backwards.
 	OrderViolations []string
+	// Gaps lists the gaps kubewire declared in the stream: ranges of
+	// versions whose changes may be missing. They are not divergences: the
+	// snapshot after each repairs the view.
+	Gaps []Gap
 }
 
 // ResourceReport compares one resource's view with the cluster.
@@ -76,6 +80,9 @@ func (r *Report) Print(w io.Writer) {
 	for _, v := range r.OrderViolations {
 		fmt.Fprintf(w, "order violation: %s\n", v)
 	}
+	for _, g := range r.Gaps {
+		fmt.Fprintf(w, "gap: %s\n", g)
+	}
 	fmt.Fprintf(w, "sink %s: read %d events (%d duplicates, %d replayed after a resume) and %d tombstones\n", r.Sink, r.Events, r.Duplicates, r.Replays, r.Tombstones)
 	fmt.Fprintf(w, "%-40s %8s %8s %10s\n", "RESOURCE", "VIEW", "CLUSTER", "DIVERGENT")
 	for _, rr := range r.Resources {
@@ -86,6 +93,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "%-40s %8d %8d %10d\n", rr.Name, rr.InView, rr.InCluster, len(rr.Divergent))
 	}
 	fmt.Fprintf(w, "order violations: %d\n", len(r.OrderViolations))
+	fmt.Fprintf(w, "gaps: %d\n", len(r.Gaps))
 }
 
 // Run reads the sink's topic(s) or stream from the beginning, applies the
@@ -144,6 +152,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	rep.OrderViolations = view.Problems
 	rep.Duplicates = view.Duplicates
 	rep.Replays = view.Replays
+	rep.Gaps = view.Gaps
 
 	for _, t := range targets {
 		judge, err := informer.NewJudge(t.cfg)

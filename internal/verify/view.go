@@ -55,13 +55,39 @@ type View struct {
 	// applied has one of them.
 	ids       map[string]struct{}
 	replaying bool
+	// Gaps lists the gaps kubewire declared (watch.gap events), each once
+	// however many partitions carried it, sorted.
+	Gaps []Gap
+}
+
+// Gap is one watch.gap event: changes of Resource (in Namespace, if set)
+// with a resourceVersion in (From, To] may be missing from the stream. The
+// snapshot that follows it repairs the view, so a gap is not a divergence;
+// it says what an audit of the stream cannot account for.
+type Gap struct {
+	ID                  string
+	Resource, Namespace string
+	From, To, Reason    string
+}
+
+// String describes the gap for verify's output.
+func (g Gap) String() string {
+	where := g.Resource
+	if g.Namespace != "" {
+		where += " in namespace " + g.Namespace
+	}
+	return fmt.Sprintf("%s: changes with resourceVersion in (%s, %s] may be missing (%s)", where, g.From, g.To, g.Reason)
 }
 
 // NewView returns an empty view.
 func NewView() *View {
 	v := &View{}
-	v.parts = []*consumer.View{consumer.NewView(consumer.Options{OnProblem: v.problem})}
+	v.parts = []*consumer.View{consumer.NewView(consumer.Options{OnProblem: v.problem, OnWatchGap: v.gap})}
 	return v
+}
+
+func (v *View) gap(g consumer.WatchGap) {
+	v.Gaps = append(v.Gaps, Gap{ID: g.ID, Resource: g.Key, Namespace: g.Namespace, From: g.From, To: g.To, Reason: g.Reason})
 }
 
 func (v *View) problem(p consumer.Problem) {
@@ -81,7 +107,7 @@ func (v *View) problem(p consumer.Problem) {
 
 // Apply applies one event by the consumer's rule.
 func (v *View) Apply(ev *event.Event) {
-	if t := ev.Type(); t != encoding.TypeSnapshotStarted && t != encoding.TypeSnapshotCompleted {
+	if t := ev.Type(); t != encoding.TypeSnapshotStarted && t != encoding.TypeSnapshotCompleted && t != encoding.TypeGap {
 		v.Events++
 	}
 	if v.ids == nil {
@@ -113,11 +139,19 @@ func (v *View) count() {
 }
 
 // Merge combines the views of several partitions of one topic: each key
-// lives in exactly one partition, so the union is the whole state. The
-// merged view is for reading; apply to the partitions' views.
+// lives in exactly one partition, so the union is the whole state. A gap
+// goes to every partition, and is listed once. The merged view is for
+// reading; apply to the partitions' views.
 func Merge(vs ...*View) *View {
 	out := &View{}
+	seen := map[string]bool{}
 	for _, v := range vs {
+		for _, g := range v.Gaps {
+			if !seen[g.ID] {
+				seen[g.ID] = true
+				out.Gaps = append(out.Gaps, g)
+			}
+		}
 		out.parts = append(out.parts, v.parts...)
 		out.Problems = append(out.Problems, v.Problems...)
 		out.Unmatched += v.Unmatched
@@ -126,6 +160,16 @@ func Merge(vs ...*View) *View {
 		out.Duplicates += v.Duplicates
 		out.Replays += v.Replays
 	}
+	sort.Slice(out.Gaps, func(i, j int) bool {
+		a, b := out.Gaps[i], out.Gaps[j]
+		if a.Resource != b.Resource {
+			return a.Resource < b.Resource
+		}
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.ID < b.ID
+	})
 	return out
 }
 

@@ -1,6 +1,8 @@
 package verify_test
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -137,5 +139,55 @@ func TestAnyValueOfIncompleteKeepsTheSnapshotFromPruning(t *testing.T) {
 		if d := v.Diff("cm", map[string]string{"cm/ns/live": "1"}); len(d) != 0 {
 			t.Errorf("incomplete=%q: the snapshot pruned: %v", value, d)
 		}
+	}
+}
+
+func gapEv(id, ns, from, to string) *event.Event {
+	e := event.New()
+	e.SetType(encoding.TypeGap)
+	e.SetID(id)
+	e.SetSource("/clusters/c/api/v1/cm")
+	e.SetExtension(encoding.ExtPartitionKey, "cm")
+	data := `{"group":"","version":"v1","resource":"cm","from":"` + from + `","to":"` + to + `","reason":"expired"`
+	if ns != "" {
+		data += `,"namespace":"` + ns + `"`
+	}
+	e.DataEncoded = []byte(data + "}")
+	return &e
+}
+
+func TestGapsInEveryPartitionAreListedOnceAndAreNotObjectEvents(t *testing.T) {
+	p0, p1 := verify.NewView(), verify.NewView()
+	for _, v := range []*verify.View{p0, p1} {
+		v.Apply(gapEv("cm/team-b/gap/7-9", "team-b", "7", "9"))
+		v.Apply(gapEv("cm/gap/10-20", "", "10", "20"))
+	}
+	p0.Apply(ev(encoding.TypeAdded, "cm/ns/a", "21", ""))
+	p0.Apply(gapEv("cm/gap/10-20", "", "10", "20")) // a repeat after a restart
+	v := verify.Merge(p0, p1)
+	want := []verify.Gap{
+		{ID: "cm/gap/10-20", Resource: "cm", From: "10", To: "20", Reason: "expired"},
+		{ID: "cm/team-b/gap/7-9", Resource: "cm", Namespace: "team-b", From: "7", To: "9", Reason: "expired"},
+	}
+	if !reflect.DeepEqual(v.Gaps, want) {
+		t.Errorf("gaps %+v, want %+v", v.Gaps, want)
+	}
+	if v.Events != 1 || len(v.Problems) != 0 {
+		t.Errorf("events %d, problems %v; want the one object event and no problem", v.Events, v.Problems)
+	}
+	rep := &verify.Report{Sink: "k", Gaps: v.Gaps}
+	var out strings.Builder
+	rep.Print(&out)
+	for _, line := range []string{
+		"gap: cm: changes with resourceVersion in (10, 20] may be missing (expired)\n",
+		"gap: cm in namespace team-b: changes with resourceVersion in (7, 9] may be missing (expired)\n",
+		"gaps: 2\n",
+	} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("output lacks %q:\n%s", line, out.String())
+		}
+	}
+	if rep.Diverged() {
+		t.Error("a report with gaps only says the view diverged")
 	}
 }

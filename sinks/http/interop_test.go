@@ -17,8 +17,8 @@ import (
 
 // interopEvents are events of every shape kubewire sends: object changes
 // (with data that needs care: quotes, percent, non-ASCII, a line break), a
-// cluster-scoped object, snapshot markers without data or object, and a
-// reference event.
+// cluster-scoped object, snapshot markers without data or object, a gap,
+// and a reference event.
 func interopEvents(t *testing.T) []*encoding.Event {
 	t.Helper()
 	changes := []*informer.Change{
@@ -27,6 +27,8 @@ func interopEvents(t *testing.T) []*encoding.Event {
 		sinktest.Change(informer.OpDeleted, "team-a", "a", 3),
 		sinktest.ClusterChange(informer.OpSynced, "node-1", 4),
 		{Op: informer.OpSnapshotStarted, Resource: sinktest.Resource, Key: sinktest.Resource.KeyPrefix, SnapshotID: "snap-9"},
+		{Op: informer.OpGap, Resource: sinktest.Resource, Key: sinktest.Resource.KeyPrefix,
+			Gap: &informer.Gap{Namespace: "team-a", From: "3", To: "9", Reason: informer.GapExpired}},
 	}
 	var evs []*encoding.Event
 	for _, c := range changes {

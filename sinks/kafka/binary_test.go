@@ -38,8 +38,11 @@ func binaryCorpus(t *testing.T) map[string]*encoding.Event {
 		evs[string(op)] = mustEvent(t, &informer.Change{Op: op, Resource: sinktest.Resource, Key: sinktest.Resource.KeyPrefix,
 			SnapshotID: "snap1", Count: 3, Observed: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)})
 	}
+	evs["gap"] = mustEvent(t, &informer.Change{Op: informer.OpGap, Resource: sinktest.Resource, Key: sinktest.Resource.KeyPrefix,
+		Gap: &informer.Gap{Namespace: "team-ä", From: "3", To: "9", Reason: informer.GapExpired}, Observed: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)})
 	conflated := mustEvent(t, sinktest.Change(informer.OpUpdated, "ns", "busy", 10))
 	conflated.SetExtension(encoding.ExtConflated, "4")
+	conflated.SetExtension(encoding.ExtConflatedFrom, "7")
 	evs["conflated"] = conflated
 	ref, err := encoding.ReferenceEvent(mustEvent(t, sinktest.Change(informer.OpUpdated, "ns", "big", 11)))
 	if err != nil {

@@ -58,3 +58,28 @@ func TestAMarkerWrittenAgainAfterOnePartitionFailedReachesEachPartitionOnce(t *t
 		t.Errorf("snapshot.started markers per partition: %s, want one in each of the 3", got)
 	}
 }
+
+// A gap is a marker too: a consumer of any partition must hear that
+// changes may be missing, so it goes to every partition of the topic, once.
+func TestAGapGoesToEveryPartitionOfItsTopic(t *testing.T) {
+	f := startFake(t)
+	s, prefix, _ := newLoggedSink(t, f.addr(), func(k *kafka.Config) { k.CreateTopics.Partitions = 3 })
+	connect(t, s)
+	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1))
+	gap := mustEvent(t, &informer.Change{Op: informer.OpGap, Resource: sinktest.Resource, Key: sinktest.Resource.KeyPrefix,
+		Gap: &informer.Gap{From: "1", To: "9", Reason: informer.GapExpired}, Observed: time.Now()})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Write(ctx, []*encoding.Event{gap}); err != nil {
+		t.Fatal(err)
+	}
+	perPartition := map[int]int{}
+	for _, r := range readTopic(ctx, t, f.addr(), widgetTopic(prefix)) {
+		if string(r.headers["ce_type"]) == encoding.TypeGap {
+			perPartition[r.partition]++
+		}
+	}
+	if got := fmt.Sprint(perPartition); got != "map[0:1 1:1 2:1]" {
+		t.Errorf("gaps per partition: %s, want one in each of the 3", got)
+	}
+}

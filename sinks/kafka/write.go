@@ -90,9 +90,12 @@ func (r *record) headerList() []kafkago.Header {
 	return r.headers
 }
 
+// isMarker reports whether ev frames the stream rather than describing an
+// object: a snapshot marker or a gap. It goes to every partition of its
+// topic, as informer.Change.IsMarker says.
 func isMarker(ev *encoding.Event) bool {
 	t := ev.Type()
-	return t == encoding.TypeSnapshotStarted || t == encoding.TypeSnapshotCompleted
+	return t == encoding.TypeSnapshotStarted || t == encoding.TypeSnapshotCompleted || t == encoding.TypeGap
 }
 
 // group is the part of one Write that goes to one partition, in order.
@@ -104,8 +107,9 @@ type group struct {
 // Write produces events in order and reports each one's outcome (a
 // sinks.BatchError names the failed ones). An object's event goes to its
 // key's partition, followed by a tombstone if it is a delete and
-// tombstones are on; a snapshot marker goes to every partition of its
-// topic, so a consumer of any one partition sees the snapshot's frame. An
+// tombstones are on; a snapshot marker or a gap goes to every partition of
+// its topic, so a consumer of any one partition sees the snapshot's frame
+// and hears of the gap. An
 // event is acknowledged once every record of it is.
 //
 // Per-key order: all events of a key go to one partition, whose loop sends

@@ -123,7 +123,8 @@ type kvWindowKey struct{ resource, snapshotID string }
 // bucket's last revision (everything of its resource before the marker is
 // in the bucket by then, markers being barriers of their resource); a
 // complete snapshot.completed deletes the keys of its resource whose
-// revision is not newer.
+// revision is not newer. A gap changes nothing in the bucket: the snapshot
+// that follows it does.
 //
 // An event whose bucket write fails fails in o, and so does every later
 // event of its key (holdBack): the bucket's writes are many in flight at

@@ -14,8 +14,10 @@ import (
 const (
 	// TokenClusterScoped is the {namespace} token of a cluster-scoped object.
 	TokenClusterScoped = "_cluster"
-	// TokenSnapshot is the {namespace} and {name} token of snapshot markers,
-	// which describe a whole resource rather than one object.
+	// TokenSnapshot is the {namespace} and {name} token of snapshot markers
+	// and gaps, which describe a whole resource rather than one object (a
+	// gap of one namespace's watch too: it goes where the snapshot that
+	// repairs it goes).
 	TokenSnapshot = "_snapshot"
 	// TokenCoreGroup is the {group} token of the core ("") API group. A
 	// real group called "core" is escaped to "~63ore" so it cannot meet it.
@@ -168,7 +170,7 @@ func valuesOf(ev *encoding.Event) (subjectValues, error) {
 	name := ext(encoding.ExtName)
 	switch {
 	case name == "":
-		// Only snapshot markers have no object.
+		// Only markers (snapshot markers, gaps) have no object.
 		v[phNamespace], v[phName] = TokenSnapshot, TokenSnapshot
 	default:
 		v[phNamespace] = escapeOr(ext(encoding.ExtNamespace), TokenClusterScoped)

@@ -99,6 +99,28 @@ func TestSnapshotMarkersGoToTheResourcesSnapshotSubject(t *testing.T) {
 	}
 }
 
+func TestAGapGoesToTheResourcesSnapshotSubjectWhateverItsNamespace(t *testing.T) {
+	tmpl, err := kwnats.CompileTemplate(kwnatsDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := informer.NewResource("demo", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
+	for _, ns := range []string{"", "team-a"} {
+		ev, err := encoding.New(&informer.Change{Op: informer.OpGap, Resource: res, Key: res.KeyPrefix, Observed: time.Unix(1, 0),
+			Gap: &informer.Gap{Namespace: ns, From: "5", To: "9", Reason: informer.GapExpired}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tmpl.Subject(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "kubewire.demo.core.v1.configmaps._snapshot._snapshot"; got != want {
+			t.Errorf("gap in namespace %q: subject %q, want %q", ns, got, want)
+		}
+	}
+}
+
 const kwnatsDefault = "kubewire.{cluster}.{group}.{version}.{resource}.{namespace}.{name}"
 
 func TestInvalidTemplatesDoNotCompile(t *testing.T) {

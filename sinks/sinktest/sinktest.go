@@ -177,10 +177,13 @@ func batch(t *testing.T, h Harness) {
 		}
 	}
 	// A cluster-scoped object and a snapshot marker have no namespace, and
-	// the marker not even a name: adapters that route on them must cope.
+	// the marker not even a name; a gap of one namespace's watch has a
+	// namespace but no name: adapters that route on them must cope.
 	sent = append(sent, mustEvent(t, ClusterChange(informer.OpAdded, "node-a.example", 7)))
 	sent = append(sent, mustEvent(t, &informer.Change{Op: informer.OpSnapshotStarted, Resource: Resource,
 		Key: Resource.KeyPrefix, SnapshotID: "snap-1", Observed: observed}))
+	sent = append(sent, mustEvent(t, &informer.Change{Op: informer.OpGap, Resource: Resource, Key: Resource.KeyPrefix,
+		Gap: &informer.Gap{Namespace: nsOf(1), From: "3", To: "9", Reason: informer.GapExpired}, Observed: observed}))
 
 	// A Write may fail transiently (a partition whose leader is not known
 	// yet right after the topic was created, say); the contract is that the
