@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +16,15 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/kubewire/kubewire/consumer"
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
 // heldObject is one object of a consumer vector's expected state
@@ -139,5 +148,64 @@ func TestThePythonConsumerEndsEveryConsumerVectorInTheGoViewsState(t *testing.T)
 				t.Errorf("want %v\ngot  %v", want, got)
 			}
 		})
+	}
+}
+
+// TestThePythonConsumersStateFromKafkaRemovesAKeyOnATombstoneAlone reads a
+// topic with --state: the object an add and an update leave, then, after a
+// tombstone with no deleted event before it (compaction can leave only the
+// tombstone), no object.
+func TestThePythonConsumersStateFromKafkaRemovesAKeyOnATombstoneAlone(t *testing.T) {
+	py := python(t)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "state.widgets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	addr := kc.ListenAddrs()[0]
+	off := false
+	s, err := kafka.New("kafka", &kafka.Config{
+		Brokers: []string{addr}, Topic: "state.{resource}", Tombstones: &off,
+		RequestTimeout: config.NewDuration(10 * time.Second), DialTimeout: config.NewDuration(2 * time.Second),
+	}, sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var evs []*encoding.Event
+	for _, c := range changes()[:2] { // added and updated, not deleted
+		ev, err := encoding.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	if err := s.Write(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	key := sinktest.Resource.ObjectKey("team-a", "a")
+	stateOf := func(count string) []heldObject {
+		stdout, stderr, code := run(t, py, "--bootstrap", addr, "--topic", "state.widgets", "--state", "--count", count)
+		if code != 0 || stderr != "" {
+			t.Fatalf("exit code %d; stderr:\n%s", code, stderr)
+		}
+		got := []heldObject{}
+		if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+			t.Fatalf("consume.py --state printed %q: %v", stdout, err)
+		}
+		return got
+	}
+	if got, want := stateOf("2"), []heldObject{{Key: key, UID: evs[1].Extensions()[encoding.ExtUID].(string), ResourceVersion: "2"}}; !equal(got, want) {
+		t.Errorf("before the tombstone: state %v, want %v", got, want)
+	}
+	w := &kafkago.Writer{Addr: kafkago.TCP(addr), Topic: "state.widgets", RequiredAcks: kafkago.RequireAll}
+	t.Cleanup(func() { w.Close() })
+	if err := w.WriteMessages(ctx, kafkago.Message{Key: []byte(key)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stateOf("3"); len(got) != 0 {
+		t.Errorf("after the tombstone: state %v, want none", got)
 	}
 }
