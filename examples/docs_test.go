@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/kubewire/kubewire/sinks/kafka"
 )
 
 // goBlocks returns the ```go blocks of a Markdown file.
@@ -116,4 +118,43 @@ func isCall(e ast.Expr) bool {
 func render(src string, n ast.Node) string {
 	// Offsets are 1-based positions in src, as parsed with one file.
 	return src[n.Pos()-1 : n.End()-1]
+}
+
+// TestTheExamplesNameTopicsTheKafkaSinkWritesByDefault reads the topics the
+// examples' READMEs, their usage lines and docs/consumer.md pass with
+// --topic: each must be one the Kafka sink's default topic template gives,
+// so that a user who copies a command reads what kubewire writes (they once
+// named kubewire.configmaps, which it never writes).
+func TestTheExamplesNameTopicsTheKafkaSinkWritesByDefault(t *testing.T) {
+	def := regexp.QuoteMeta(kafka.DefaultTopic)
+	for _, p := range []string{"group", "resource"} {
+		def = strings.ReplaceAll(def, regexp.QuoteMeta("{"+p+"}"), "[a-z0-9][a-z0-9.-]*")
+	}
+	isDefault := regexp.MustCompile("^" + def + "$")
+	files := []string{filepath.Join("..", "docs", "consumer.md")}
+	for _, glob := range []string{"*/README.md", "*/main.go", "*/*.py"} {
+		m, err := filepath.Glob(glob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	// A topic has a dot; "--topic is required" names none.
+	topicFlag := regexp.MustCompile(`--topic[ =]([a-z0-9][^\s"` + "`" + `]*\.[^\s"` + "`" + `]*)`)
+	seen := 0
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range topicFlag.FindAllStringSubmatch(string(raw), -1) {
+			seen++
+			if topic := m[1]; !isDefault.MatchString(topic) {
+				t.Errorf("%s names topic %q; the Kafka sink's default template %s never writes it", f, topic, kafka.DefaultTopic)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("found no --topic in the examples: the test reads nothing")
+	}
 }
