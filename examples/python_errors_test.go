@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -200,4 +201,27 @@ func TestThePythonConsumerSkipsJetStreamMessagesThatAreNotKubewiresEventsWithOne
 		t.Errorf("consume.py printed\n%s\nwant\n%s", got, strings.Join(want(t), "\n"))
 	}
 	wantSkipped(t, stderr, "JUNK@1: not a CloudEvent", "JUNK@2: a CloudEvent of type 'com.example.order.placed' from '/shop', not kubewire's")
+}
+
+func TestThePythonConsumerSkipsLinesOfAFileThatAreNotEventsOfKubewiresContractWithOneLineEach(t *testing.T) {
+	py := python(t)
+	f := filepath.Join(t.TempDir(), "mixed.jsonl")
+	lines := []string{
+		"junk",
+		foreign,
+		`{"specversion":"1.0","id":"x","source":"/c","type":"io.kubewire.object.renamed","partitionkey":"configmaps/ns/a"}`,
+		`{"specversion":"1.0","id":"uid-a1/10/added","source":"/c","type":"io.kubewire.object.added","partitionkey":"configmaps/ns/a","uid":"uid-a1","resourceversion":"10","data":{}}`,
+	}
+	if err := os.WriteFile(f, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := run(t, py, "--file", f, "--state")
+	if code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr)
+	}
+	if got := strings.Join(strings.Fields(stdout), ""); got != `[{"key":"configmaps/ns/a","uid":"uid-a1","resourceVersion":"10"}]` {
+		t.Errorf("consume.py --state printed\n%s\nwant the object of line 4", stdout)
+	}
+	wantSkipped(t, stderr, ":1: not a CloudEvent", ":2: a CloudEvent of type 'com.example.order.placed'",
+		":3: type 'io.kubewire.object.renamed' is not one of kubewire's contract version 1")
 }

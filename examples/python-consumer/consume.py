@@ -74,13 +74,13 @@ class Output:
         events and tombstones were handled."""
         try:
             event = kubewire_event(decode)
+            if self.view is None:
+                print(describe(event), flush=True)
+            elif not self.view.apply(partition, event):
+                raise NotAnEvent(f"type {event.get_type()!r} is not one of kubewire's contract version 1")
         except NotAnEvent as e:
             print(f"consume.py: skipping the record at {where}: {e}", file=sys.stderr, flush=True)
             return False
-        if self.view is None:
-            print(describe(event), flush=True)
-        else:
-            self.view.apply(partition, event)
         return self._handled()
 
     def tombstone(self, partition, key):
