@@ -48,6 +48,8 @@ func handPicked() map[string]struct {
 	incomplete := completed("s1", 2)
 	incomplete.Incomplete = 1
 	history := []rec{add(a, "uid-a1", 10), add(b, "uid-b1", 11), upd(a, "uid-a1", 12), del(b, "uid-b1", 13)}
+	windows := []rec{started("s1"), syn(a, "uid-a1", 10, "s1"), completed("s1", 1),
+		started("s2"), completed("s2", 0), started("s3"), completed("s3", 0)}
 	type vector = struct {
 		stream []rec
 		want   []heldObject
@@ -133,6 +135,15 @@ func handPicked() map[string]struct {
 			stream: []rec{add(a, "uid-a1", 10), add(b, "uid-b1", 11), gap(11, 20), gap(11, 20),
 				started("s1"), syn(a, "uid-a1", 15, "s1"), syn(c, "uid-c1", 18, "s1"), completed("s1", 2)},
 			want: []heldObject{obj(a, "uid-a1", "15"), obj(c, "uid-c1", "18")},
+		},
+		"11-replayed-window-after-its-key-was-pruned": {
+			// a's delete at 11 was lost; s2 pruned a, and s3 passed it,
+			// so nothing remembers a. A replay from s1's started then
+			// brings s1's record of a: it is of a window already
+			// applied, and must be skipped, or a comes back for good
+			// (the replayed s2 and s3 are skipped too).
+			stream: append(append([]rec{add(a, "uid-a1", 10)}, windows...), windows...),
+			want:   []heldObject{},
 		},
 		"09-pruned-key-listed-again": {
 			// s1 completed with no record of a and no incomplete marker,

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/app"
@@ -294,8 +295,6 @@ func TestKubewireSIGKILLedUnderChurnResumesWithNoVersionMissingAndNoGap(t *testi
 	testSIGKILLResume(t, mode)
 }
 
-const typeGap = "io.kubewire.watch.gap"
-
 func testSIGKILLResume(t *testing.T, mode string) {
 	ns := namespace(t)
 	k := newProcs(t, ns)
@@ -343,7 +342,7 @@ func testSIGKILLResume(t *testing.T, mode string) {
 	wg.checkOrder(t, all())
 	var gaps []string
 	for _, ev := range all() {
-		if ev.Type() == typeGap {
+		if ev.Type() == encoding.TypeGap {
 			gaps = append(gaps, string(ev.Data()))
 		}
 	}
@@ -389,7 +388,7 @@ func everyVersionIn(t *testing.T, cfg *config.Config, sink string, wg *churner) 
 	}, func() string { return fmt.Sprintf("%s lacks versions: %v", sink, lost) })
 	wg.checkOrder(t, evs)
 	for _, ev := range evs {
-		if ev.Type() == typeGap {
+		if ev.Type() == encoding.TypeGap {
 			t.Fatalf("%s carries a gap event: %s", sink, ev.Data())
 		}
 	}

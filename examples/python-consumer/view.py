@@ -1,0 +1,164 @@
+"""The consumer's rule of docs/events.md, as the Go consumer.View applies it.
+
+A View holds, per partition key, the newest object kubewire's events gave
+it. Feed it the events of each partition (a Kafka partition, a JetStream
+stream) in the order they were read, with apply() and tombstone():
+
+- an event whose id was already applied is dropped: for one key, an event
+  with the uid, resourceVersion and type of the object held;
+- an event never replaces an object of a higher resourceVersion, nor
+  brings back a deleted one at the version it was deleted at or lower;
+- added, updated and synced put the object at its key; deleted and a Kafka
+  tombstone remove the key (a delete of a key not held changes nothing);
+- snapshot.completed removes every key of its resource in its partition
+  that had no event since the matching snapshot.started, unless the marker
+  carries the incomplete extension;
+- a snapshot window is applied once per partition: after its completed
+  marker, a replay of its markers and synced records is skipped;
+- a synced record of a snapshot that started after a key was pruned brings
+  the key back, even at the version it was pruned at;
+- a conflated event is applied as any other: it carries the newest state.
+
+testdata/consumer-vectors holds streams and the state they must end in;
+`consume.py --file <vector>.jsonl --state` prints this View's state.
+"""
+
+from dataclasses import dataclass
+
+PREFIX = "io.kubewire."
+ADDED, UPDATED, DELETED, SYNCED = (PREFIX + "object." + t for t in ("added", "updated", "deleted", "synced"))
+STARTED, COMPLETED = PREFIX + "snapshot.started", PREFIX + "snapshot.completed"
+# A gap says versions in a range may be missing; the snapshot that follows
+# repairs the state, so the rule changes nothing for it (an audit records it).
+GAP = PREFIX + "watch.gap"
+TYPES = {ADDED, UPDATED, DELETED, SYNCED, STARTED, COMPLETED, GAP}
+
+
+def older(a, b):
+    """Whether resourceVersion a is lower than b. They are decimal numbers
+    on etcd-backed API servers; others are not compared (broker order
+    decides)."""
+    return a.isdecimal() and b.isdecimal() and int(a) < int(b)
+
+
+@dataclass
+class Entry:
+    """An object held, or what is left of a removed one (gone)."""
+
+    key: str
+    uid: str
+    rv: str
+    partition: str
+    seq: int  # when the key last had an event: snapshots prune by it
+    type: str = ""
+    reference: bool = False
+    data: object = None
+
+
+class View:
+    def __init__(self):
+        self.objects = {}  # key -> Entry
+        self.gone = {}  # key -> Entry: removed keys, until a complete snapshot passes them
+        self.pruned = {}  # key -> seq of the prune, for keys of gone a snapshot pruned
+        self.windows = {}  # (partition, snapshotid) -> (resource, seq of started)
+        self.done = set()  # (partition, snapshotid) whose completed was applied
+        self.seq = 0
+
+    def state(self):
+        """The objects held, as the vectors' expected states write them."""
+        return [{"key": e.key, "uid": e.uid, "resourceVersion": e.rv} for _, e in sorted(self.objects.items())]
+
+    def tombstone(self, partition, key):
+        """A Kafka tombstone: a record with the key and no value."""
+        self.seq += 1
+        held = self.objects.get(key)
+        if held is not None:
+            self._remove(held)
+
+    def apply(self, partition, event):
+        """Applies one kubewire CloudEvent read from partition. Returns
+        False if it is not one the rule knows (no partition key, another
+        type), True otherwise, applied or dropped by the rule."""
+        ext = event.get_extension
+        key, typ = ext("partitionkey"), event.get_type()
+        if not key or typ not in TYPES:
+            return False
+        self.seq += 1
+        if typ == GAP:
+            return True
+        window = (partition, ext("snapshotid"))
+        if typ == STARTED:
+            # Skip a replayed window, and keep the first copy's start of an
+            # open one: a later start would count fewer keys as seen.
+            if window not in self.done and window not in self.windows:
+                self.windows[window] = (key, self.seq)
+            return True
+        if typ == COMPLETED:
+            self._complete(partition, window, ext("incomplete") is not None)
+            return True
+
+        uid, rv = ext("uid") or "", ext("resourceversion") or ""
+        # Any event, even one dropped below, counts as an event of its key.
+        held, gone = self.objects.get(key), self.gone.get(key)
+        if held is not None:
+            held.seq = self.seq
+        if gone is not None:
+            gone.seq = self.seq
+        window_start = 0
+        if typ == SYNCED:
+            if window in self.done:
+                return True  # a record of a window already applied
+            window_start = self.windows.get(window, (None, 0))[1]
+
+        if typ == DELETED:
+            if held is None:
+                if gone is not None and (gone.uid == uid and gone.rv == rv or older(rv, gone.rv)):
+                    return True  # a copy, or the late delete of an earlier object
+                # A delete of a key not held: remember it, so that a late
+                # copy of an older event does not bring the key back.
+                self.gone[key] = Entry(key, uid, rv, partition, self.seq)
+                self.pruned.pop(key, None)
+                return True
+            if held.uid != uid and older(rv, held.rv):
+                return True  # a late delete of an earlier object under this key
+            self._remove(held)
+            self.gone[key] = Entry(key, uid, rv, partition, self.seq)
+            return True
+
+        reference = ext("payload") == "reference"
+        restore = held is None and key in self.pruned and window_start > self.pruned[key]
+        if held is not None and held.uid == uid and held.rv == rv and (reference or not held.reference):
+            return True  # a duplicate
+        if held is not None and older(rv, held.rv):
+            return True  # stale
+        if held is None and gone is not None and not restore and (gone.uid == uid and gone.rv == rv or older(rv, gone.rv)):
+            return True  # a late copy of an event before the delete
+        self.objects[key] = Entry(key, uid, rv, partition, self.seq, typ, reference, event.get_data())
+        self.gone.pop(key, None)
+        self.pruned.pop(key, None)
+        return True
+
+    def _remove(self, held):
+        del self.objects[held.key]
+        self.pruned.pop(held.key, None)
+        self.gone[held.key] = Entry(held.key, held.uid, held.rv, held.partition, self.seq)
+
+    def _complete(self, partition, window, incomplete):
+        if window in self.done:
+            return  # a replay: measured from an old started, it must prune nothing
+        self.done.add(window)
+        if window not in self.windows:
+            return  # its started was never seen (a topic that starts later)
+        resource, start = self.windows.pop(window)
+        if incomplete:
+            return  # a key with no event may be an undelivered record: prune nothing
+
+        def passed(e):
+            return e.partition == partition and e.seq < start and e.key.split("/", 1)[0] == resource
+
+        for e in [e for e in self.gone.values() if passed(e)]:
+            del self.gone[e.key]
+            self.pruned.pop(e.key, None)
+        for e in [e for e in self.objects.values() if passed(e)]:
+            self._remove(e)
+            self.pruned[e.key] = self.seq
