@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -376,13 +377,42 @@ func TestARelistAfterCompactionEmitsTheLostDeletesMarkedAndConverges(t *testing.
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "new-while-cut"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cluster.CompactEtcd(ctx); err != nil {
+	compacted, err := cluster.CompactEtcd(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	proxy.Resume()
 
 	v := converge(t, ns, func() []event.Event { return k.Events(t) })
 	record("watch cut, history compacted, relist (stdout)", 16, v.Events, v.Duplicates, 0)
+	// The relist is declared: one gap, from where the watch was to the
+	// relist's version, and a snapshot after it.
+	evs := k.Events(t)
+	gapAt := -1
+	for i, ev := range evs {
+		if ev.Type() != encoding.TypeGap {
+			continue
+		}
+		if gapAt >= 0 {
+			t.Fatalf("two gap events for one relist: %s and %s", evs[gapAt].ID(), ev.ID())
+		}
+		gapAt = i
+		var g encoding.Gap
+		if err := ev.DataAs(&g); err != nil {
+			t.Fatal(err)
+		}
+		from, _ := strconv.ParseInt(g.From, 10, 64)
+		to, _ := strconv.ParseInt(g.To, 10, 64)
+		if to < compacted || from >= to || g.Reason != "expired" {
+			t.Fatalf("gap %+v, want (the watch's last version, a version at or after the compaction at %d], reason expired", g, compacted)
+		}
+	}
+	if gapAt < 0 {
+		t.Fatal("the relist after the compaction declared no gap")
+	}
+	if apptest.CountCompleted(evs[gapAt:], "configmaps") == 0 {
+		t.Fatal("no snapshot completed after the gap")
+	}
 	verifyBrokers(t, yaml, "watch cut, history compacted, relist", 16)
 	marked := 0
 	for _, ev := range k.Events(t) {

@@ -292,13 +292,14 @@ func TestKubewireSIGKILLedUnderChurnResumesWithNoVersionMissingAndNoGap(t *testi
 		// name the versions it lost.
 		mode = "off"
 	}
-	testSIGKILLResume(t, mode)
+	testSIGKILLResume(t, mode, startBrokers, "kfake/embedded")
 }
 
-func testSIGKILLResume(t *testing.T, mode string) {
+// testSIGKILLResume runs the SIGKILL test on the brokers start gives.
+func testSIGKILLResume(t *testing.T, mode string, start func(*testing.T) (kafkaAddr, natsURL string), brokers string) {
 	ns := namespace(t)
 	k := newProcs(t, ns)
-	kafkaAddr, natsURL := startBrokers(t)
+	kafkaAddr, natsURL := start(t)
 	yaml := brokerConfig(ns, kafkaAddr, natsURL, "dispatch: {drainTimeout: 10s}\n", withStdout)
 	if err := os.WriteFile(k.config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -361,8 +362,8 @@ func testSIGKILLResume(t *testing.T, mode string) {
 	if len(gaps) > 0 {
 		t.Fatalf("a restart within the watch window declared gaps: %v", gaps)
 	}
-	record("kubewire SIGKILLed under churn, resumed from its checkpoint (stdout)", wg.changes.Load(), len(all()), 0, 0)
-	verifyBrokers(t, yaml, "kubewire SIGKILLed under churn, resumed", wg.changes.Load())
+	record("kubewire SIGKILLed under churn, resumed from its checkpoint (stdout, "+brokers+")", wg.changes.Load(), len(all()), 0, 0)
+	verifyBrokersOn(t, yaml, "kubewire SIGKILLed under churn, resumed", wg.changes.Load(), brokers)
 	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)

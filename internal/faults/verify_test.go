@@ -54,6 +54,12 @@ func startBrokers(t *testing.T) (kafkaAddr, natsURL string) {
 // violation, and records a row per sink.
 func verifyBrokers(t *testing.T, yaml, fault string, changes int64) {
 	t.Helper()
+	verifyBrokersOn(t, yaml, fault, changes, "kfake/embedded")
+}
+
+// verifyBrokersOn is verifyBrokers on the brokers its label names.
+func verifyBrokersOn(t *testing.T, yaml, fault string, changes int64, brokers string) {
+	t.Helper()
 	cfg, err := config.Parse([]byte(yaml), app.DefaultRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +69,7 @@ func verifyBrokers(t *testing.T, yaml, fault string, changes int64) {
 		if len(rep.OrderViolations) != 0 {
 			t.Fatalf("%s: order violations %v", sink, rep.OrderViolations)
 		}
-		record(fault+" ("+sink+", kfake/embedded)", changes, rep.Events, rep.Duplicates, 0)
+		record(fault+" ("+sink+", "+brokers+")", changes, rep.Events, rep.Duplicates, 0)
 	}
 }
 

@@ -2,10 +2,12 @@
 // several replicas exactly one publishes.
 //
 // Standbys do not run informers. A standby that becomes leader starts them
-// from scratch, so its first output is a full snapshot: whatever the old
-// leader missed or failed to send is covered, and a consumer converges. The
-// price is a cold start (one LIST per resource) on failover instead of twice
-// the apiserver watches and cache memory all the time.
+// from the checkpoint the old leader saved (internal/checkpoint): one LIST
+// per resource at the checkpoint's version loads its cache, and its watches
+// deliver every change after it, so nothing the old leader had not
+// delivered is lost. Where the checkpoint is too old for the apiserver, it
+// declares a gap and sends a snapshot. The price is a cold start on failover
+// instead of twice the apiserver watches and cache memory all the time.
 package leader
 
 import (
