@@ -3,12 +3,9 @@
 package faults_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -496,59 +493,6 @@ func crashConfig(ns, kafkaAddr, natsURL, spoolDir string) string {
 }
 
 // metricsText is a scrape of /metrics.
-type metricsText string
-
-func scrape(url string) (metricsText, bool) {
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return "", false
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return "", false
-	}
-	return metricsText(b), true
-}
-
-// get returns the value of the sample of name whose label has value (the
-// first sample of name if label is ""), or 0.
-func (m metricsText) get(name, label, value string) float64 {
-	sc := bufio.NewScanner(strings.NewReader(string(m)))
-	sc.Buffer(nil, 1<<20)
-	want := label + `="` + value + `"`
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || label != "" && !strings.Contains(line, want) {
-			continue
-		}
-		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err == nil {
-			return f
-		}
-	}
-	return 0
-}
-
-// sum adds up the samples of name whose label has value.
-func (m metricsText) sum(name, label, value string) float64 {
-	var total float64
-	want := label + `="` + value + `"`
-	for _, line := range strings.Split(string(m), "\n") {
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, want) {
-			continue
-		}
-		if f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-			total += f
-		}
-	}
-	return total
-}
-
-// fullSampler scrapes the running kubewire now and then for
-// kubewire_spool_full, so that versions written while a spool was full can
-// be told apart.
 type fullSampler struct {
 	mu      sync.Mutex
 	url     string

@@ -1,8 +1,11 @@
 package faults_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -308,8 +311,12 @@ func testSIGKILLResume(t *testing.T, mode string, start func(*testing.T) (kafkaA
 	if mode == "off" {
 		flags = []string{"--checkpoint", "off"}
 	}
-	run := func(out string) (*exec.Cmd, func() []event.Event) { return k.start(t, out, flags...) }
-	first, stream1 := run("first.jsonl")
+	run := func(out string, more ...string) (*exec.Cmd, func() []event.Event) {
+		return k.start(t, out, append(slices.Clone(flags), more...)...)
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
+	first, stream1 := run("first.jsonl", "--http-address", metricsAddr)
+	started := time.Now()
 	testkit.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
 	stop := make(chan struct{})
 	wg := churnEvery(ns, stop, 6*time.Millisecond) // about 100 accepted writes a second
@@ -320,6 +327,17 @@ func testSIGKILLResume(t *testing.T, mode string, start func(*testing.T) (kafkaA
 		l, err := kube.CoordinationV1().Leases(ns).Get(context.Background(), "kubewire-checkpoint", metav1.GetOptions{})
 		return mode == "off" || err == nil && l.Annotations["kubewire.io/checkpoint"] != ""
 	})
+	// The cost to the apiserver: at most about one checkpoint write a
+	// second.
+	m, ok := scrape("http://" + metricsAddr + "/metrics")
+	if !ok {
+		t.Fatal("no metrics from the first kubewire")
+	}
+	writes, ran := m.sum("kubewire_checkpoint_writes_total", "result", "ok"), time.Since(started)
+	t.Logf("%v checkpoint writes in %s of running", writes, ran.Round(time.Millisecond))
+	if mode != "off" && writes > ran.Seconds()+1 {
+		t.Errorf("%v checkpoint writes in %s: more than one a second", writes, ran)
+	}
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -428,3 +446,57 @@ func readPartitioned(t *testing.T, cfg *config.Config, sink string) []partitione
 	}
 	return out
 }
+
+type metricsText string
+
+func scrape(url string) (metricsText, bool) {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", false
+	}
+	return metricsText(b), true
+}
+
+// get returns the value of the sample of name whose label has value (the
+// first sample of name if label is ""), or 0.
+func (m metricsText) get(name, label, value string) float64 {
+	sc := bufio.NewScanner(strings.NewReader(string(m)))
+	sc.Buffer(nil, 1<<20)
+	want := label + `="` + value + `"`
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") || label != "" && !strings.Contains(line, want) {
+			continue
+		}
+		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			return f
+		}
+	}
+	return 0
+}
+
+// sum adds up the samples of name whose label has value.
+func (m metricsText) sum(name, label, value string) float64 {
+	var total float64
+	want := label + `="` + value + `"`
+	for _, line := range strings.Split(string(m), "\n") {
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, want) {
+			continue
+		}
+		if f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			total += f
+		}
+	}
+	return total
+}
+
+// fullSampler scrapes the running kubewire now and then for
+// kubewire_spool_full, so that versions written while a spool was full can
+// be told apart.
