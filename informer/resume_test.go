@@ -2,6 +2,7 @@ package informer
 
 import (
 	"testing"
+	"time"
 
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testkit"
@@ -31,6 +32,25 @@ func TestTheCheckpointFollowsTheListAndEachAcknowledgedChange(t *testing.T) {
 				cp, _ := w.Checkpoint()
 				return cp[""] == "11"
 			})
+		})
+	}
+}
+
+func TestABookmarkMovesTheCheckpointOfAQuietStream(t *testing.T) {
+	for _, cache := range []string{config.CacheRaw, config.CacheUnstructured} {
+		t.Run(cache, func(t *testing.T) {
+			f := newFakeAPIServer(t, "10", configMapJSON("a", "5"))
+			w := fakeWatcher(t, f, cache, &doneOutput{})
+			runWatcher(t, w)
+			select {
+			case f.events <- `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"50"}}}`:
+			case <-time.After(time.Minute):
+				t.Fatal("no watch took the bookmark")
+			}
+			testkit.Eventually(t, "the checkpoint at the bookmark", func() bool {
+				cp, _ := w.Checkpoint()
+				return cp[""] == "50"
+			}, func() string { cp, _ := w.Checkpoint(); return "checkpoint " + cp[""] })
 		})
 	}
 }

@@ -3,8 +3,10 @@ package faults_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +30,7 @@ import (
 	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/checkpoint"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testcluster"
 	"github.com/kubewire/kubewire/internal/testkit"
@@ -76,6 +79,13 @@ func (o *holdingOutput) changes() []*informer.Change {
 // watcherOf is an informer.Watcher of ns's ConfigMaps on the test cluster.
 func watcherOf(t *testing.T, ns string, out informer.Output) *informer.Watcher {
 	t.Helper()
+	return watcherOfNamespaces(t, []string{ns}, out)
+}
+
+// watcherOfNamespaces watches each of nss on its own (watchPerNamespace).
+func watcherOfNamespaces(t *testing.T, nss []string, out informer.Output) *informer.Watcher {
+	t.Helper()
+	perNamespace := true
 	rc := cluster.RESTConfig(testcluster.AdminUser)
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
@@ -91,8 +101,8 @@ func watcherOf(t *testing.T, ns string, out informer.Output) *informer.Watcher {
 	}
 	return informer.NewWatcher(informer.Options{
 		Cluster: "faults",
-		Resource: config.Resource{Version: "v1", Resource: "configmaps", Namespaces: []string{ns}, Sinks: []string{"out"},
-			Operations: config.Operations(), Updates: "all"},
+		Resource: config.Resource{Version: "v1", Resource: "configmaps", Namespaces: nss, Sinks: []string{"out"},
+			Operations: config.Operations(), Updates: "all", WatchPerNamespace: &perNamespace},
 		Dynamic: dyn,
 		REST:    rawREST,
 		Mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
@@ -225,6 +235,50 @@ func TestTheCheckpointNeverPassesAChangeASinkHoldsAndTheRestartDeliversItAgain(t
 			t.Fatalf("a resumed start sent a snapshot (%s): it should only load the store", c.Op)
 		case rvNumber(t, c.Object.GetResourceVersion()) <= rvNumber(t, cp[ns]):
 			t.Fatalf("the resumed watch delivered %s %s, at or before its checkpoint %s", c.Key, c.Object.GetResourceVersion(), cp[ns])
+		}
+	}
+}
+
+func TestNamespacesWatchedOneByOneEachResumeFromTheirOwnCheckpoint(t *testing.T) {
+	a, b := namespace(t), namespace(t)
+	createConfigMaps(t, a, 2)
+	createConfigMaps(t, b, 2)
+	out := &holdingOutput{}
+	w := watcherOfNamespaces(t, []string{a, b}, out)
+	stop := runUntil(t, w)
+	ra := setData(t, a, "cm-0", "a1")
+	rb := setData(t, b, "cm-0", "b1")
+	testkit.Eventually(t, "a checkpoint per namespace", func() bool {
+		cp, _ := w.Checkpoint()
+		return cp[a] == ra && cp[b] == rb
+	}, func() string { return fmt.Sprint(w.Checkpoint()) })
+	cp, _ := w.Checkpoint()
+	stop()
+	var down []string
+	for i := range 5 {
+		down = append(down, setData(t, a, "cm-1", fmt.Sprint(i)), setData(t, b, "cm-1", fmt.Sprint(i)))
+	}
+	after := &holdingOutput{}
+	w2 := watcherOfNamespaces(t, []string{a, b}, after)
+	w2.SetResume(&informer.Resume{Streams: cp})
+	runUntil(t, w2)
+	testkit.Eventually(t, "every change made while down, in both namespaces", func() bool {
+		got := map[string]bool{}
+		for _, c := range after.changes() {
+			if c.Object != nil {
+				got[c.Object.GetResourceVersion()] = true
+			}
+		}
+		for _, rv := range down {
+			if !got[rv] {
+				return false
+			}
+		}
+		return true
+	})
+	for _, c := range after.changes() {
+		if c.IsMarker() || c.Op == informer.OpSynced {
+			t.Fatalf("a resumed start sent %s; want only the changes after each namespace's checkpoint", c.Op)
 		}
 	}
 }
@@ -500,3 +554,91 @@ func (m metricsText) sum(name, label, value string) float64 {
 // fullSampler scrapes the running kubewire now and then for
 // kubewire_spool_full, so that versions written while a spool was full can
 // be told apart.
+
+// The new pod after an outage longer than the apiserver's history: its
+// checkpoint cannot be resumed, so the stream says which versions may be
+// missing (one gap, no wider than (checkpoint, relist]) and a snapshot
+// follows. Every version the churn wrote is in the stream or inside the gap.
+func TestANewPodPastTheHistoryDeclaresOneGapThenASnapshotAndLosesNothingOutsideIt(t *testing.T) {
+	ns := namespace(t)
+	k := newProcs(t, ns)
+	kafkaAddr, natsURL := startBrokers(t)
+	yaml := brokerConfig(ns, kafkaAddr, natsURL, "dispatch: {drainTimeout: 10s}\n", withStdout)
+	if err := os.WriteFile(k.config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lease := ns + "/kubewire-checkpoint"
+	first, stream1 := k.start(t, "first.jsonl", "--checkpoint", lease)
+	testkit.Eventually(t, "the first snapshot", func() bool { return apptest.CountCompleted(stream1(), "configmaps") > 0 })
+	stop := make(chan struct{})
+	wg := churnEvery(ns, stop, 6*time.Millisecond)
+	testkit.Eventually(t, "live events", func() bool { return len(stream1()) > 50 })
+	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	saved, err := kube.CoordinationV1().Leases(ns).Get(context.Background(), "kubewire-checkpoint", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries map[string]checkpoint.Entry
+	if err := json.Unmarshal([]byte(saved.Annotations[checkpoint.AnnotationKey]), &entries); err != nil {
+		t.Fatal(err)
+	}
+	cp := entries["configmaps"].Streams[ns]
+	// Down while the cluster changes, and longer than its history: etcd
+	// compacts what a watch from the checkpoint would need.
+	testkit.Eventually(t, "changes while kubewire is down", func() bool { return wg.changes.Load() > int64(len(stream1()))+50 })
+	close(stop)
+	wg.Wait()
+	compacted, err := cluster.CompactEtcd(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stream2 := k.start(t, "second.jsonl", "--checkpoint", lease)
+	testkit.Eventually(t, "the snapshot after the gap", func() bool { return apptest.CountCompleted(stream2(), "configmaps") > 0 })
+	converge(t, ns, stream1, stream2)
+
+	evs := stream2()
+	if len(evs) < 2 || evs[0].Type() != encoding.TypeGap || evs[1].Type() != encoding.TypeSnapshotStarted {
+		t.Fatalf("the new pod's stream begins %v, want a gap and then a snapshot", typesOf(evs, 3))
+	}
+	var g encoding.Gap
+	if err := evs[0].DataAs(&g); err != nil {
+		t.Fatal(err)
+	}
+	if g.From != cp || rvNumber(t, g.To) < uint64(compacted) || g.Namespace != ns {
+		t.Fatalf("gap %+v; want from the checkpoint %s to the relist (at or after the compaction at %d), in namespace %s", g, cp, compacted, ns)
+	}
+	for _, ev := range evs[1:] {
+		if ev.Type() == encoding.TypeGap {
+			t.Fatalf("a second gap: %s", ev.Data())
+		}
+	}
+	// Every version written is in a stream, or inside the declared range.
+	from, to := rvNumber(t, g.From), rvNumber(t, g.To)
+	all := append(stream1(), evs...)
+	outside := 0
+	wg.mu.Lock()
+	written := maps.Clone(wg.written)
+	wg.mu.Unlock()
+	for key, idx := range wg.missing(all) {
+		for _, i := range idx {
+			rv := rvNumber(t, written[key][i])
+			if rv <= from || rv > to {
+				outside++
+				t.Errorf("%s version %d (rv %d) is missing and outside the gap (%d, %d]", key, i, rv, from, to)
+			}
+		}
+	}
+	t.Logf("gap (%s, %s]; %d versions missing outside it", g.From, g.To, outside)
+	verifyBrokers(t, yaml, "new pod past the history: gap, snapshot", wg.changes.Load())
+}
+
+func typesOf(evs []event.Event, n int) []string {
+	var out []string
+	for _, ev := range evs[:min(n, len(evs))] {
+		out = append(out, ev.Type())
+	}
+	return out
+}
