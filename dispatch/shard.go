@@ -216,6 +216,16 @@ func (e *entry) marks() []informer.Mark {
 	return append([]informer.Mark{m}, e.folded...)
 }
 
+// spooled records that this sink wrote the entry to its spool. The entry
+// is done with once its copy is read back and delivered: the record
+// carries its marks, which come back counted as spooled.
+func (e *entry) spooled() {
+	e.item.Change.Mark.Spooled()
+	for _, m := range e.folded {
+		m.Spooled()
+	}
+}
+
 // finish records that this sink is done with the entry's changes.
 func (e *entry) finish() {
 	e.item.Change.Mark.Done()

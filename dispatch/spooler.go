@@ -292,6 +292,7 @@ func (sp *spooler) write(l *lane) {
 				d.spoolEvents.Add(-1)
 				continue
 			}
+			e.spooled()
 			d.mSpoolWritten.Inc()
 			sp.pending.Add(-1)
 		}
@@ -451,6 +452,9 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 		}
 		lost += len(recs)
 	} else if len(recs) > 0 {
+		for _, e := range kept {
+			e.spooled()
+		}
 		sp.log.Info("shutdown: spooled the events still in memory; they are delivered first on the next start",
 			"events", len(recs), "took", time.Since(start).Round(time.Millisecond))
 	}

@@ -21,13 +21,19 @@ type progress struct {
 
 	mu sync.Mutex
 	// ring[head:] are the entries not yet done, or done behind one that is
-	// not; first is the sequence number of ring[head].
+	// not; first is the sequence number of ring[head]. ring[dhead:] are
+	// the entries not yet durable, or behind one that is not (dhead >=
+	// head: done is durable).
 	ring  []entry
 	head  int
+	dhead int
 	first uint64
-	// mark is the checkpoint, and marked when it last moved.
-	mark   string
-	marked time.Time
+	// mark is the checkpoint, and marked when it last moved; durable is
+	// the spool's position: the newest version up to which every change
+	// is done or written to a spool.
+	mark    string
+	marked  time.Time
+	durable string
 	// last is the newest position added, done or not: where a relist that
 	// has to declare a gap starts it.
 	last string
@@ -40,8 +46,9 @@ type entry struct {
 	// done; "" for the records of a list, whose versions are not in
 	// stream order (the list's end is an entry of its own).
 	rv string
-	// left counts the acknowledgements still missing.
-	left int32
+	// left counts the acknowledgements still missing, open the sinks
+	// that have neither acknowledged it nor written it to their spool.
+	left, open int32
 }
 
 // Mark is a Change's place in its watch stream. Each sink the change goes
@@ -51,13 +58,27 @@ type entry struct {
 type Mark struct {
 	p   *progress
 	seq uint64
+	// spooled says this sink has already counted the change as durable
+	// (it came back from its spool).
+	spooled bool
 }
 
 // Done records that one sink is done with the change.
 func (m Mark) Done() {
 	if m.p != nil {
-		m.p.done(m.seq)
+		m.p.done(m.seq, !m.spooled)
 	}
+}
+
+// Spooled records that one sink wrote the change to its spool: it is not
+// done, but a restart on the same spool delivers it. It returns the Mark to
+// call Done on once the spooled copy is delivered.
+func (m Mark) Spooled() Mark {
+	if m.p != nil && !m.spooled {
+		m.p.spooled(m.seq)
+		m.spooled = true
+	}
+	return m
 }
 
 // Token identifies m across a spool: a record written and read back by the
@@ -80,7 +101,8 @@ var (
 func init() { streamIDs.Store(uint64(time.Now().UnixNano())) }
 
 // MarkOf is the Mark a Token came from, or the zero Mark if that stream is
-// not one of this process's.
+// not one of this process's. Tokens are read back from spools, so the Mark
+// counts as spooled.
 func MarkOf(stream, seq uint64) Mark {
 	if stream == 0 {
 		return Mark{}
@@ -89,11 +111,11 @@ func MarkOf(stream, seq uint64) Mark {
 	if !ok {
 		return Mark{}
 	}
-	return Mark{p: p.(*progress), seq: seq}
+	return Mark{p: p.(*progress), seq: seq, spooled: true}
 }
 
 func newProgress(from string) *progress {
-	p := &progress{id: streamIDs.Add(1), mark: from, last: from, marked: time.Now()}
+	p := &progress{id: streamIDs.Add(1), mark: from, durable: from, last: from, marked: time.Now()}
 	streams.Store(p.id, p)
 	return p
 }
@@ -112,32 +134,67 @@ func (p *progress) add(rv string, acks int32) Mark {
 	if acks <= 0 && p.head == len(p.ring) {
 		// Nothing before it is pending: the fast path of a quiet stream.
 		p.advance(rv)
+		p.advanceDurable(rv)
 		p.first++
 		return Mark{}
 	}
 	if len(p.ring) == cap(p.ring) && p.head > 0 {
 		n := copy(p.ring, p.ring[p.head:])
-		p.ring, p.head = p.ring[:n], 0
+		clear(p.ring[n:])
+		p.ring, p.dhead, p.head = p.ring[:n], p.dhead-p.head, 0
 	}
 	seq := p.first + uint64(len(p.ring)-p.head)
-	p.ring = append(p.ring, entry{rv: rv, left: acks})
+	p.ring = append(p.ring, entry{rv: rv, left: acks, open: acks})
 	if acks <= 0 {
+		p.settle()
 		return Mark{}
 	}
 	return Mark{p: p, seq: seq}
 }
 
-func (p *progress) done(seq uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// at is the index of seq in ring, or -1 if it is gone. The caller holds mu.
+func (p *progress) at(seq uint64) int {
 	if seq < p.first {
-		return
+		return -1
 	}
 	i := p.head + int(seq-p.first)
 	if i >= len(p.ring) {
-		return
+		return -1
 	}
-	p.ring[i].left--
+	return i
+}
+
+func (p *progress) done(seq uint64, durableToo bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := p.at(seq); i >= 0 {
+		p.ring[i].left--
+		if durableToo {
+			p.ring[i].open--
+		}
+		p.settle()
+	}
+}
+
+func (p *progress) spooled(seq uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := p.at(seq); i >= 0 {
+		p.ring[i].open--
+		p.settle()
+	}
+}
+
+// settle moves both positions over the entries that allow it. The caller
+// holds mu.
+func (p *progress) settle() {
+	if p.dhead < p.head {
+		p.dhead = p.head
+	}
+	for p.dhead < len(p.ring) && p.ring[p.dhead].open <= 0 {
+		p.advanceDurable(p.ring[p.dhead].rv)
+		p.dhead++
+	}
 	for p.head < len(p.ring) && p.ring[p.head].left <= 0 {
 		p.advance(p.ring[p.head].rv)
 		p.ring[p.head] = entry{}
@@ -145,7 +202,7 @@ func (p *progress) done(seq uint64) {
 		p.first++
 	}
 	if p.head == len(p.ring) {
-		p.ring, p.head = p.ring[:0], 0
+		p.ring, p.head, p.dhead = p.ring[:0], 0, 0
 	}
 }
 
@@ -156,11 +213,25 @@ func (p *progress) advance(rv string) {
 	}
 }
 
+func (p *progress) advanceDurable(rv string) {
+	if rv != "" {
+		p.durable = rv
+	}
+}
+
 // checkpoint is the stream's checkpoint and when it last moved.
 func (p *progress) checkpoint() (string, time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.mark, p.marked
+}
+
+// spoolPosition is the newest version up to which every change is done or
+// written to a spool.
+func (p *progress) spoolPosition() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.durable
 }
 
 // lastSeen is the newest position the stream reached, done or not.

@@ -36,7 +36,7 @@ func TestAMarkSurvivesASpoolAsItsToken(t *testing.T) {
 	p := newProgress("")
 	m := p.add("7", 1)
 	stream, seq := m.Token()
-	if MarkOf(stream, seq) != m {
+	if s2, q2 := MarkOf(stream, seq).Token(); s2 != stream || q2 != seq {
 		t.Fatal("the token did not lead back to its Mark")
 	}
 	MarkOf(stream, seq).Done()
@@ -49,6 +49,24 @@ func TestAMarkSurvivesASpoolAsItsToken(t *testing.T) {
 	}
 	if MarkOf(stream+1000, 1) != (Mark{}) {
 		t.Fatal("a token of no stream of this process found a Mark")
+	}
+}
+
+func TestTheSpoolPositionCountsASpooledChangeAndTheCheckpointDoesNot(t *testing.T) {
+	p := newProgress("10")
+	defer p.close()
+	a := p.add("11", 2) // two sinks: one spools it, one acknowledges it
+	b := p.add("12", 1)
+	a.Done()
+	back := a.Spooled()
+	bBack := b.Spooled()
+	if cp, _ := p.checkpoint(); cp != "10" || p.spoolPosition() != "12" {
+		t.Fatalf("checkpoint %s, spool position %s; want 10 and 12", cp, p.spoolPosition())
+	}
+	back.Done()
+	bBack.Done()
+	if cp, _ := p.checkpoint(); cp != "12" || p.spoolPosition() != "12" {
+		t.Fatalf("checkpoint %s, spool position %s after the spooled copies were delivered; want 12 and 12", cp, p.spoolPosition())
 	}
 }
 

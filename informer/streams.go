@@ -40,6 +40,21 @@ func (w *Watcher) Checkpoint() (map[string]string, time.Time) {
 	return out, oldest
 }
 
+// SpoolPosition is, per watch stream, the version up to which every change
+// is done or written to a spool: where a restart on the same spool can
+// resume, since the spool replays the rest.
+func (w *Watcher) SpoolPosition() map[string]string {
+	w.streamsMu.Lock()
+	defer w.streamsMu.Unlock()
+	out := make(map[string]string, len(w.streams))
+	for k, p := range w.streams {
+		if rv := p.spoolPosition(); rv != "" {
+			out[k] = rv
+		}
+	}
+	return out
+}
+
 // ConfigHash identifies the parts of the resource's config that decide
 // what its stream carries; a checkpoint written under another hash is not
 // resumed.

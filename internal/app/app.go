@@ -66,6 +66,9 @@ type App struct {
 	log         *slog.Logger
 	watchers    []*informer.Watcher
 	dispatchers map[string]*dispatch.Dispatcher
+	// positions is the spool's position file, when checkpoints are kept
+	// and a sink spools.
+	positions *checkpoint.File
 }
 
 // New builds the sinks, dispatchers and watchers. Nothing connects yet.
@@ -143,6 +146,9 @@ func New(opt Options) (*App, error) {
 			}
 		}
 		a.dispatchers[sc.Name] = d
+	}
+	if opt.Checkpoint != nil && slices.ContainsFunc(cfg.Sinks, func(s config.Sink) bool { return s.Overflow == config.OverflowSpool }) {
+		a.positions = checkpoint.NewFile(cfg.Dispatch.SpoolDir)
 	}
 	for _, rcfg := range cfg.Resources {
 		var out fanout

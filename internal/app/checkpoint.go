@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -36,17 +37,22 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 		// say so loudly. The snapshot still converges every consumer.
 		a.log.Error("checkpoint not read; every resource starts from a fresh list, and changes made while kubewire was down are not resumed", "lease", store.Name(), "err", err)
 	}
+	// A spool that survived has its own position beside it, further along
+	// than the Lease while a sink was down: what it holds is replayed, so
+	// the watch resumes after it.
+	var positions map[string]checkpoint.Entry
+	if a.positions != nil {
+		if positions, err = a.positions.Load(); err != nil {
+			a.log.Warn("spool positions unreadable; resuming from the checkpoint", "err", err)
+		}
+	}
 	for _, w := range a.watchers {
-		e, ok := entries[w.Name()]
-		if !ok || len(e.Streams) == 0 {
-			continue
+		if r := resumeOf(w.ConfigHash(), entries[w.Name()], positions[w.Name()]); r != nil {
+			if r.Reason != "" {
+				a.log.Warn("the resource's config changed since its checkpoint was written: not resuming, declaring a gap", "resource", w.Name())
+			}
+			w.SetResume(r)
 		}
-		r := &informer.Resume{Streams: e.Streams}
-		if e.Hash != w.ConfigHash() {
-			r.Reason = informer.GapConfigChanged
-			a.log.Warn("the resource's config changed since its checkpoint was written: not resuming, declaring a gap", "resource", w.Name())
-		}
-		w.SetResume(r)
 	}
 	every := a.opt.CheckpointInterval
 	if every <= 0 {
@@ -59,6 +65,13 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 		defer wg.Done()
 		store.Run(saveCtx, every, a.checkpoints)
 	}()
+	if a.positions != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.savePositionsEvery(saveCtx, every)
+		}()
+	}
 	return func() {
 		stopRun()
 		wg.Wait()
@@ -67,7 +80,77 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 		if err := store.Save(finalCtx, a.checkpoints()); err != nil {
 			a.log.Warn("checkpoint not saved at shutdown; the next start repeats what was delivered since the last save", "err", err)
 		}
+		if a.positions != nil {
+			if err := a.positions.Save(a.spoolPositions()); err != nil {
+				a.log.Warn("spool positions not saved at shutdown", "err", err)
+			}
+		}
 	}
+}
+
+// resumeOf is where a resource with config hash resumes: from the newer of
+// its checkpoint and its spool's position, per stream, of those written
+// under the same config; nil for a fresh start.
+func resumeOf(hash string, cp, pos checkpoint.Entry) *informer.Resume {
+	var streams map[string]string
+	for _, e := range []checkpoint.Entry{cp, pos} {
+		if e.Hash != hash || len(e.Streams) == 0 {
+			continue
+		}
+		if streams == nil {
+			streams = map[string]string{}
+		}
+		for k, rv := range e.Streams {
+			if newer(rv, streams[k]) {
+				streams[k] = rv
+			}
+		}
+	}
+	switch {
+	case streams != nil:
+		return &informer.Resume{Streams: streams}
+	case len(cp.Streams) > 0:
+		return &informer.Resume{Streams: cp.Streams, Reason: informer.GapConfigChanged}
+	}
+	return nil
+}
+
+// newer reports whether resourceVersion a is after b ("" is before all).
+func newer(a, b string) bool {
+	if b == "" {
+		return a != ""
+	}
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && x > y
+}
+
+// savePositionsEvery writes the spool positions every interval until ctx
+// ends.
+func (a *App) savePositionsEvery(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := a.positions.Save(a.spoolPositions()); err != nil {
+			a.log.Warn("spool positions not saved; retrying", "err", err)
+		}
+	}
+}
+
+// spoolPositions collects every running watcher's spool position.
+func (a *App) spoolPositions() map[string]checkpoint.Entry {
+	out := make(map[string]checkpoint.Entry, len(a.watchers))
+	for _, w := range a.watchers {
+		if p := w.SpoolPosition(); len(p) > 0 {
+			out[w.Name()] = checkpoint.Entry{Hash: w.ConfigHash(), Streams: p}
+		}
+	}
+	return out
 }
 
 // loadCheckpoint retries a failing read until ctx ends.

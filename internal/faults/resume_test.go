@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"os"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -641,4 +643,51 @@ func typesOf(evs []event.Event, n int) []string {
 		out = append(out, ev.Type())
 	}
 	return out
+}
+
+// The checkpoint Lease on the real apiserver: conditional writes.
+func TestSavedCheckpointsReadBackAndAnotherWriterIsOverwrittenOnlyAfterARead(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	rc := cluster.RESTConfig(testcluster.AdminUser)
+	a, err := checkpoint.New(rc, ns, "cp", slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := checkpoint.New(rc, ns, "cp", slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Load(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("a missing Lease: %v, %v; want no entries", got, err)
+	}
+	e1 := map[string]checkpoint.Entry{"configmaps": {Hash: "h", Streams: map[string]string{"": "10"}}}
+	if err := a.Save(ctx, e1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Load(ctx); err != nil || !reflect.DeepEqual(got, e1) {
+		t.Fatalf("read back %v, %v; want %v", got, err, e1)
+	}
+	// b writes; a's next write is conditional on what a last saw, so it
+	// is refused once, then a reads again and writes on top, keeping b's
+	// other resources.
+	e2 := map[string]checkpoint.Entry{"secrets": {Hash: "s", Streams: map[string]string{"ns": "12"}}}
+	if err := b.Save(ctx, e2); err != nil {
+		t.Fatal(err)
+	}
+	e3 := map[string]checkpoint.Entry{"configmaps": {Hash: "h", Streams: map[string]string{"": "20"}}}
+	if err := a.Save(ctx, e3); err == nil {
+		t.Fatal("a write over another writer's was not refused")
+	}
+	if err := a.Save(ctx, e3); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]checkpoint.Entry{"configmaps": e3["configmaps"], "secrets": e2["secrets"]}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after both wrote: %v, want %v", got, want)
+	}
 }

@@ -34,6 +34,20 @@ func (c *Cluster) CompactEtcd(ctx context.Context) (revision int64, err error) {
 	return rev, nil
 }
 
+// CompactEtcdAt compacts etcd's history up to revision: versions before it
+// are gone, it and later ones are still served.
+func (c *Cluster) CompactEtcdAt(ctx context.Context, revision int64) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.etcdURL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer cli.Close()
+	if _, err := cli.Compact(ctx, revision, clientv3.WithCompactPhysical()); err != nil {
+		return fmt.Errorf("etcd compact to %d: %w", revision, err)
+	}
+	return nil
+}
+
 // Proxy is a TCP proxy in front of the apiserver whose connections a test can
 // cut, to break a client's watches without touching the server.
 type Proxy struct {
