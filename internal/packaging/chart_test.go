@@ -27,6 +27,9 @@ type valuesSet struct {
 	roleRules map[string][]string
 	// leaderElection says whether --leader-elect and the Lease Role appear.
 	leaderElection bool
+	// noCheckpoint: checkpoint.enabled is false, so the args pass
+	// --checkpoint=off and no checkpoint Role may appear.
+	noCheckpoint bool
 	// noRBAC: rbac.create is false, so no RBAC object may appear.
 	noRBAC bool
 	// kinds must all be among the rendered objects.
@@ -298,6 +301,13 @@ replicaCount: 3
 			noRBAC:         true,
 			leaderElection: true,
 		},
+		{
+			name:           "checkpoint.enabled false turns the checkpoint off and grants no Lease for it",
+			values:         `{checkpoint: {enabled: false}, leaderElection: {enabled: true}}`,
+			clusterRules:   []string{"apps/deployments"},
+			leaderElection: true,
+			noCheckpoint:   true,
+		},
 	}
 }
 
@@ -375,13 +385,18 @@ func checkRBAC(t *testing.T, r *packaging.Rendered, vs valuesSet, release, ns st
 		}
 	}
 
-	leaseRole := "kw-kubewire-leader-election"
+	leaseRole, checkpointRole := "kw-kubewire-leader-election", "kw-kubewire-checkpoint"
 	roles := map[string][]string{}
-	var sawLease bool
+	var sawLease, sawCheckpoint bool
 	for _, role := range r.Objects("Role") {
-		if role.GetName() == leaseRole {
+		switch role.GetName() {
+		case leaseRole:
 			sawLease = true
 			checkLeaseRole(t, role, ns, "kw-kubewire")
+			continue
+		case checkpointRole:
+			sawCheckpoint = true
+			checkCheckpointRole(t, role, ns, "kw-kubewire-checkpoint")
 			continue
 		}
 		if _, dup := roles[role.GetNamespace()]; dup {
@@ -398,6 +413,9 @@ func checkRBAC(t *testing.T, r *packaging.Rendered, vs valuesSet, release, ns st
 	}
 	if sawLease != vs.leaderElection {
 		t.Errorf("Lease Role rendered: %v, want %v", sawLease, vs.leaderElection)
+	}
+	if sawCheckpoint == vs.noCheckpoint {
+		t.Errorf("checkpoint Role rendered: %v, want %v", sawCheckpoint, !vs.noCheckpoint)
 	}
 
 	// Every role has exactly one binding of the same name, to the chart's
@@ -462,6 +480,24 @@ func checkLeaseRole(t *testing.T, role *unstructured.Unstructured, ns, id string
 	}
 }
 
+// checkCheckpointRole asserts the checkpoint rules: create of Leases (which
+// RBAC cannot limit by name) and get/update of this release's checkpoint
+// Lease only.
+func checkCheckpointRole(t *testing.T, role *unstructured.Unstructured, ns, name string) {
+	t.Helper()
+	if role.GetNamespace() != ns {
+		t.Errorf("checkpoint Role in namespace %q, want the release namespace %q", role.GetNamespace(), ns)
+	}
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	want := []map[string]any{
+		{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "verbs": []any{"create"}},
+		{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "resourceNames": []any{name}, "verbs": []any{"get", "update"}},
+	}
+	if fmt.Sprint(rules) != fmt.Sprint(want) {
+		t.Errorf("checkpoint Role rules:\n%v\nwant exactly:\n%v", rules, want)
+	}
+}
+
 // deployment returns the single rendered Deployment.
 func deployment(t *testing.T, r *packaging.Rendered) *unstructured.Unstructured {
 	t.Helper()
@@ -496,6 +532,16 @@ func checkDeployment(t *testing.T, r *packaging.Rendered, vs valuesSet) {
 	}
 	if elect && !slices.Contains(args, "--leader-election-id=kw-kubewire") {
 		t.Errorf("leader election id is not the release's full name: %v", args)
+	}
+	// The checkpoint is the Lease the checkpoint Role names, in the release
+	// namespace; off, it is off even with --leader-elect, which would
+	// otherwise pick one.
+	want := "--checkpoint=" + d.GetNamespace() + "/kw-kubewire-checkpoint"
+	if vs.noCheckpoint {
+		want = "--checkpoint=off"
+	}
+	if got := slices.DeleteFunc(slices.Clone(args), func(a string) bool { return !strings.HasPrefix(a, "--checkpoint") }); !slices.Equal(got, []string{want}) {
+		t.Errorf("args pass %v, want exactly %s", got, want)
 	}
 
 	sc, _, _ := unstructured.NestedMap(c, "securityContext")

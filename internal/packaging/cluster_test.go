@@ -12,6 +12,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/kubewire/kubewire/internal/apptest"
+	"github.com/kubewire/kubewire/internal/checkpoint"
 	"github.com/kubewire/kubewire/internal/leader"
 	"github.com/kubewire/kubewire/internal/packaging"
 	"github.com/kubewire/kubewire/internal/testcluster"
@@ -271,16 +273,22 @@ func applyRBAC(t *testing.T, r *packaging.Rendered) *unstructured.Unstructured {
 // a SubjectAccessReview for the user and groups its token authenticates as.
 func allowed(t *testing.T, sa *unstructured.Unstructured, verb, group, resource, ns string) bool {
 	t.Helper()
+	return allowedNamed(t, sa, verb, group, resource, ns, "")
+}
+
+// allowedNamed is allowed for the object called name ("" for any).
+func allowedNamed(t *testing.T, sa *unstructured.Unstructured, verb, group, resource, ns, name string) bool {
+	t.Helper()
 	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 		User:   "system:serviceaccount:" + sa.GetNamespace() + ":" + sa.GetName(),
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + sa.GetNamespace(), "system:authenticated"},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: ns, Verb: verb, Group: group, Resource: resource,
+			Namespace: ns, Verb: verb, Group: group, Resource: resource, Name: name,
 		},
 	}}
 	got, err := adminClient(t).AuthorizationV1().SubjectAccessReviews().Create(context.Background(), review, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("SubjectAccessReview %s %s in %q: %v", verb, resource, ns, err)
+		t.Fatalf("SubjectAccessReview %s %s %q in %q: %v", verb, resource, name, ns, err)
 	}
 	return got.Status.Allowed
 }
@@ -558,4 +566,120 @@ config:
 	forbidden("delete its own lease", err)
 	_, err = kube.CoordinationV1().Leases(watched).Get(ctx, leaseName, metav1.GetOptions{})
 	forbidden("get a lease of that name in another namespace", err)
+}
+
+func TestTheCheckpointRoleLetsKubewireKeepItsOwnLeaseOnly(t *testing.T) {
+	ctx := context.Background()
+	rel, watched := unique("rel"), unique("watched")
+	createNamespace(t, rel)
+	createNamespace(t, watched)
+	r := render(t, "kw", rel, fmt.Sprintf(`
+config:
+  cluster: test
+  resources: [{version: v1, resource: configmaps, namespaces: [%s], sinks: [out]}]
+  sinks: [{name: out, type: stdout}]
+`, watched))
+	const name = "kw-kubewire-checkpoint"
+	d := deployment(t, r)
+	if args, _, _ := unstructured.NestedStringSlice(container(t, d), "args"); !slices.Contains(args, "--checkpoint="+rel+"/"+name) {
+		t.Fatalf("the Deployment does not pass --checkpoint=%s/%s: %v", rel, name, args)
+	}
+	rc := serviceAccountClient(t, r)
+	sa := renderedServiceAccount(t, r)
+	const group = "coordination.k8s.io"
+
+	// What kubewire does with its checkpoint, each verb asked of the API
+	// server for the chart's ServiceAccount. RBAC is read from a cache, so
+	// a fresh grant is waited for; once seen, a denial is final.
+	testkit.Eventually(t, "create leases in the release namespace to be allowed", func() bool {
+		return allowed(t, sa, "create", group, "leases", rel)
+	})
+	for _, verb := range []string{"get", "update"} {
+		testkit.Eventually(t, verb+" of the checkpoint to be allowed", func() bool {
+			return allowedNamed(t, sa, verb, group, "leases", rel, name)
+		})
+	}
+	for _, c := range []struct{ what, verb, ns, name string }{
+		{"get another Lease in the release namespace", "get", rel, "kw-kubewire"},
+		{"update another Lease in the release namespace", "update", rel, "kw-kubewire"},
+		{"patch its own checkpoint", "patch", rel, name},
+		{"delete its own checkpoint", "delete", rel, name},
+		{"list leases in the release namespace", "list", rel, ""},
+		{"watch leases in the release namespace", "watch", rel, ""},
+		{"create leases in another namespace", "create", watched, ""},
+		{"update a Lease of the checkpoint's name in another namespace", "update", watched, name},
+	} {
+		if allowedNamed(t, sa, c.verb, group, "leases", c.ns, c.name) {
+			t.Errorf("%s is allowed; the chart grants only create, and get and update of %s in %s", c.what, name, rel)
+		}
+	}
+
+	// kubewire's own checkpoint store, as the ServiceAccount: it creates the
+	// Lease, reads it back and updates it conditionally.
+	store, err := checkpoint.New(rc, rel, name, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := map[string]checkpoint.Entry{"configmaps": {Hash: "h", Streams: map[string]string{"": "100"}}}
+	if err := store.Save(ctx, first); err != nil {
+		t.Fatalf("the first save, which creates the checkpoint Lease: %v", err)
+	}
+	if err := store.Save(ctx, map[string]checkpoint.Entry{"configmaps": {Hash: "h", Streams: map[string]string{"": "200"}}}); err != nil {
+		t.Fatalf("a later save, a conditional update: %v", err)
+	}
+	got, err := checkpoint.New(rc, rel, name, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entries, err := got.Load(ctx); err != nil || entries["configmaps"].Streams[""] != "200" {
+		t.Fatalf("load the checkpoint back: %v, %v", entries, err)
+	}
+	// A writer that read before the last save is refused as a conflict,
+	// which reached storage, rather than as forbidden.
+	stale, err := kubernetes.NewForConfigOrDie(rc).CoordinationV1().Leases(rel).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Save(ctx, map[string]checkpoint.Entry{"configmaps": {Hash: "h", Streams: map[string]string{"": "300"}}}); err != nil {
+		t.Fatalf("a third save: %v", err)
+	}
+	_, err = kubernetes.NewForConfigOrDie(rc).CoordinationV1().Leases(rel).Update(ctx, stale, metav1.UpdateOptions{})
+	if !apierrors.IsConflict(err) {
+		t.Errorf("update the checkpoint from a stale resourceVersion: want Conflict, got %v", err)
+	}
+
+	// Another Lease in the same namespace (the leader election's, say) is
+	// out of reach.
+	admin := adminClient(t)
+	other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kw-kubewire", Namespace: rel}}
+	if _, err := admin.CoordinationV1().Leases(rel).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create another lease: %v", err)
+	}
+	leases := kubernetes.NewForConfigOrDie(rc).CoordinationV1().Leases(rel)
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: want Forbidden, got %v", what, err)
+		}
+	}
+	_, err = leases.Get(ctx, "kw-kubewire", metav1.GetOptions{})
+	forbidden("get another lease", err)
+	_, err = leases.Update(ctx, other, metav1.UpdateOptions{})
+	forbidden("update another lease", err)
+	_, err = leases.List(ctx, metav1.ListOptions{})
+	forbidden("list leases in the release namespace", err)
+	err = leases.Delete(ctx, name, metav1.DeleteOptions{})
+	forbidden("delete its own checkpoint", err)
+	_, err = kubernetes.NewForConfigOrDie(rc).CoreV1().ConfigMaps(rel).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	forbidden("create a configmap in the release namespace", err)
+}
+
+// renderedServiceAccount returns the chart's ServiceAccount, as rendered.
+func renderedServiceAccount(t *testing.T, r *packaging.Rendered) *unstructured.Unstructured {
+	t.Helper()
+	sas := r.Objects("ServiceAccount")
+	if len(sas) != 1 {
+		t.Fatalf("want one ServiceAccount, got %d", len(sas))
+	}
+	return sas[0]
 }

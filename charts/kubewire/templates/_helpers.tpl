@@ -94,6 +94,18 @@ Returns "true" or "".
 {{- end }}
 
 {{/*
+The Lease in the release namespace where the leader keeps, per watched
+resource, the resourceVersion up to which every change was delivered
+(--checkpoint). "<leaderElection.id>-checkpoint", the name kubewire picks
+itself with --leader-elect, so <fullname>-checkpoint unless
+leaderElection.id is set: two releases in one namespace never resume from
+each other's checkpoint.
+*/}}
+{{- define "kubewire.checkpointName" -}}
+{{- include "kubewire.leaderElectionID" . }}-checkpoint
+{{- end }}
+
+{{/*
 The name of the ClusterRole and its binding. Cluster-scoped names are shared
 by every namespace, so the release namespace is part of it: the same release
 name installed in two namespaces must not overwrite one grant with the other.
