@@ -2,6 +2,7 @@ package packaging_test
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -229,5 +230,37 @@ prometheusRule:
 		if err := a.create(context.Background(), pr, true); err != nil {
 			t.Errorf("PrometheusRule %s is refused: %v", pr.GetName(), err)
 		}
+	}
+}
+
+func TestTheCheckpointAlertsSeeAGapCountedAtStartAndAStaleCheckpointOnTheLeader(t *testing.T) {
+	rules := map[string]map[string]any{}
+	for _, r := range alertRules(t, `prometheusRule: {enabled: true}`) {
+		rules[r["alert"].(string)] = r
+	}
+	sel := `{job="kw-kubewire-metrics",namespace="platform"}`
+	lost, stale := rules["KubewireVersionsLost"], rules["KubewireCheckpointStale"]
+	if lost == nil || stale == nil {
+		t.Fatalf("want alerts KubewireVersionsLost and KubewireCheckpointStale, got %v", slices.Sorted(maps.Keys(rules)))
+	}
+	// A gap is counted once, mostly at a start, in a series born at 1,
+	// which increase() alone never sees.
+	expr := lost["expr"].(string)
+	for _, part := range []string{"increase(kubewire_gaps_total" + sel, "kubewire_gaps_total" + sel + " unless kubewire_gaps_total" + sel + " offset"} {
+		if !strings.Contains(expr, part) {
+			t.Errorf("KubewireVersionsLost does not have %q: %s", part, expr)
+		}
+	}
+	if _, ok := lost["for"]; ok {
+		t.Errorf("KubewireVersionsLost waits %v; a gap is counted once and must fire at once", lost["for"])
+	}
+	expr = stale["expr"].(string)
+	for _, part := range []string{"kubewire_checkpoint_age_seconds" + sel + " > 600", "kubewire_is_leader" + sel + " == 1"} {
+		if !strings.Contains(expr, part) {
+			t.Errorf("KubewireCheckpointStale does not have %q: %s", part, expr)
+		}
+	}
+	if stale["for"] != "10m" {
+		t.Errorf("KubewireCheckpointStale for %v, want 10m", stale["for"])
 	}
 }
