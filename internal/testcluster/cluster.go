@@ -50,6 +50,9 @@ type Options struct {
 	// APIServerArgs are appended to the apiserver's command line, e.g.
 	// "--watch-cache=false" so that a watch resuming from a compacted
 	// revision fails with 410 Gone instead of being served from the cache.
+	// Without it the watch cache is on, as kube-apiserver defaults to; how
+	// long each serves an old resourceVersion is measured in
+	// window_test.go (docs/operations.md, "How long kubewire can be down").
 	APIServerArgs []string
 	// EtcdQuotaBackendBytes sets etcd's storage quota (its
 	// --quota-backend-bytes) for fixtures near or above the default of
