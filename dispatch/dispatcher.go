@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kubewire/kubewire/dispatch/spool"
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/metrics"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -122,6 +124,9 @@ type Dispatcher struct {
 	// since this start; until then a spool is not read back into memory
 	// beyond one event to try the broker with (see spooler.feed).
 	connectFailed, acked atomic.Bool
+	// replaySkip, if set, says which records an earlier process spooled
+	// the resumed watch delivers again (SetReplaySkip).
+	replaySkip func(c *informer.Change, ev *encoding.Event) bool
 	// uncleanStart: the process that wrote the spool ended without Close
 	// (replay.go).
 	uncleanStart bool

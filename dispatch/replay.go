@@ -47,6 +47,31 @@ type replayProof struct {
 	left      int64          // records still to be read that the earlier process wrote
 	started   map[string]int // snapshot id -> its records read since its started marker
 	uncertain bool           // the earlier process ended without Close
+	skips     int            // records skipped (SetReplaySkip)
+}
+
+// SetReplaySkip makes the spool skip the records an earlier process left
+// for which skip returns true: changes the watch is about to deliver again,
+// because it resumes from before them. A killed process loses the records
+// its spool had handed to memory and not delivered; the watch, resumed from
+// before those, brings them back, but only after the spool's remaining
+// records, which are newer: a key's versions would go backwards. Skipping
+// what the watch repeats keeps each key in order. A skipped snapshot record
+// leaves its completed marker incomplete. It must be called before Start.
+func (d *Dispatcher) SetReplaySkip(skip func(c *informer.Change, ev *encoding.Event) bool) {
+	d.replaySkip = skip
+}
+
+// skipped reports whether a record read back is one SetReplaySkip skips,
+// and accounts for it.
+func (p *replayProof) skipped(d *Dispatcher, c *informer.Change, ev *encoding.Event) bool {
+	if p.left <= 0 || d.replaySkip == nil || c.IsMarker() || !d.replaySkip(c, ev) {
+		return false
+	}
+	p.left--
+	p.skips++
+	d.markIncomplete(c)
+	return true
 }
 
 // check looks at one record read back from the spool. For a completed

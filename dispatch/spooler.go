@@ -381,6 +381,13 @@ func (sp *spooler) feed(l *lane) {
 			continue
 		}
 		it := r.item(sp.resource)
+		if sp.proof.skipped(d, it.Change, r.event) {
+			if sp.proof.left == 0 {
+				sp.log.Info("spool: skipped the records of an earlier run that the resumed watch delivers again, in order", "records", sp.proof.skips)
+			}
+			d.spoolGauges()
+			continue
+		}
 		sp.proof.check(d, it.Change, r.event)
 		l.enqueueMemory(it, false)
 		d.spoolGauges()

@@ -47,8 +47,10 @@ type entry struct {
 	// stream order (the list's end is an entry of its own).
 	rv string
 	// left counts the acknowledgements still missing, open the sinks
-	// that have neither acknowledged it nor written it to their spool.
-	left, open int32
+	// that have neither acknowledged it nor written it to their spool, and
+	// out the copies read back from a spool and not yet acknowledged: a
+	// spool's read position is past them, so they are on no disk.
+	left, open, out int32
 }
 
 // Mark is a Change's place in its watch stream. Each sink the change goes
@@ -58,27 +60,24 @@ type entry struct {
 type Mark struct {
 	p   *progress
 	seq uint64
-	// spooled says this sink has already counted the change as durable
-	// (it came back from its spool).
+	// spooled says the Mark is that of a copy read back from a spool.
 	spooled bool
 }
 
 // Done records that one sink is done with the change.
 func (m Mark) Done() {
 	if m.p != nil {
-		m.p.done(m.seq, !m.spooled)
+		m.p.done(m.seq, m.spooled)
 	}
 }
 
-// Spooled records that one sink wrote the change to its spool: it is not
-// done, but a restart on the same spool delivers it. It returns the Mark to
-// call Done on once the spooled copy is delivered.
-func (m Mark) Spooled() Mark {
-	if m.p != nil && !m.spooled {
-		m.p.spooled(m.seq)
-		m.spooled = true
+// Spooled records that one sink wrote the change to its spool (or, for a
+// copy read back, wrote it back at shutdown): it is not done, but a restart
+// on the same spool delivers it.
+func (m Mark) Spooled() {
+	if m.p != nil {
+		m.p.spooled(m.seq, m.spooled)
 	}
-	return m
 }
 
 // Token identifies m across a spool: a record written and read back by the
@@ -101,17 +100,20 @@ var (
 func init() { streamIDs.Store(uint64(time.Now().UnixNano())) }
 
 // MarkOf is the Mark a Token came from, or the zero Mark if that stream is
-// not one of this process's. Tokens are read back from spools, so the Mark
-// counts as spooled.
+// not one of this process's. It is called as a spool hands a record back:
+// the copy is then on no disk until it is acknowledged, and the stream's
+// spool position stays before it.
 func MarkOf(stream, seq uint64) Mark {
 	if stream == 0 {
 		return Mark{}
 	}
-	p, ok := streams.Load(stream)
+	v, ok := streams.Load(stream)
 	if !ok {
 		return Mark{}
 	}
-	return Mark{p: p.(*progress), seq: seq, spooled: true}
+	p := v.(*progress)
+	p.readBack(seq)
+	return Mark{p: p, seq: seq, spooled: true}
 }
 
 func newProgress(from string) *progress {
@@ -164,24 +166,38 @@ func (p *progress) at(seq uint64) int {
 	return i
 }
 
-func (p *progress) done(seq uint64, durableToo bool) {
+func (p *progress) done(seq uint64, readBack bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if i := p.at(seq); i >= 0 {
 		p.ring[i].left--
-		if durableToo {
+		if readBack {
+			p.ring[i].out--
+		} else {
 			p.ring[i].open--
 		}
 		p.settle()
 	}
 }
 
-func (p *progress) spooled(seq uint64) {
+func (p *progress) spooled(seq uint64, readBack bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if i := p.at(seq); i >= 0 {
-		p.ring[i].open--
+		if readBack {
+			p.ring[i].out--
+		} else {
+			p.ring[i].open--
+		}
 		p.settle()
+	}
+}
+
+func (p *progress) readBack(seq uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := p.at(seq); i >= 0 {
+		p.ring[i].out++
 	}
 }
 
@@ -227,10 +243,20 @@ func (p *progress) checkpoint() (string, time.Time) {
 }
 
 // spoolPosition is the newest version up to which every change is done or
-// written to a spool.
+// sits in a spool: not past a copy a spool has handed back and no sink has
+// acknowledged yet.
 func (p *progress) spoolPosition() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	last := p.mark
+	for i := p.head; i < p.dhead && i < len(p.ring); i++ {
+		if p.ring[i].out > 0 {
+			return last
+		}
+		if p.ring[i].rv != "" {
+			last = p.ring[i].rv
+		}
+	}
 	return p.durable
 }
 

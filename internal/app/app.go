@@ -206,12 +206,14 @@ var _ informer.SnapshotTracker = fanout(nil)
 // and an error wrapping informer.ErrNotDrained for each informer whose
 // queue was not drained (both also logged).
 func (a *App) Run(ctx context.Context) (undelivered int, err error) {
+	// Where each watch resumes is known before the spools replay: a spool
+	// skips what the watch will deliver again (resumeFromCheckpoint).
+	stopSaving := a.resumeFromCheckpoint(ctx)
+	// The spools replay first (Start); then each watch resumes from its
+	// checkpoint, behind them in every lane.
 	for _, d := range a.dispatchers {
 		d.Start()
 	}
-	// The spools replay first (Start); then each watch resumes from its
-	// checkpoint, behind them in every lane.
-	stopSaving := a.resumeFromCheckpoint(ctx)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/checkpoint"
 	"github.com/kubewire/kubewire/internal/metrics"
@@ -46,12 +47,23 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 			a.log.Warn("spool positions unreadable; resuming from the checkpoint", "err", err)
 		}
 	}
+	from := map[string]map[string]string{}
 	for _, w := range a.watchers {
 		if r := resumeOf(w.ConfigHash(), entries[w.Name()], positions[w.Name()]); r != nil {
 			if r.Reason != "" {
 				a.log.Warn("the resource's config changed since its checkpoint was written: not resuming, declaring a gap", "resource", w.Name())
+			} else {
+				from[w.Name()] = r.Streams
 			}
 			w.SetResume(r)
+		}
+	}
+	// What the watches deliver again is not replayed from the spools: it
+	// would come twice, and the spool's copy first, before versions of
+	// its key the kill lost from memory (dispatch.SetReplaySkip).
+	if len(from) > 0 {
+		for _, d := range a.dispatchers {
+			d.SetReplaySkip(func(c *informer.Change, ev *encoding.Event) bool { return afterResume(from, c, ev) })
 		}
 	}
 	every := a.opt.CheckpointInterval
@@ -186,4 +198,24 @@ func (a *App) checkpoints() map[string]checkpoint.Entry {
 		metrics.CheckpointAge.WithLabelValues(w.Name()).Set(now.Sub(at).Seconds())
 	}
 	return out
+}
+
+// afterResume reports whether a spooled object event is after the version
+// its watch stream resumes from, so that the watch delivers it again.
+func afterResume(from map[string]map[string]string, c *informer.Change, ev *encoding.Event) bool {
+	if c.Resource == nil {
+		return false
+	}
+	streams := from[c.Resource.KeyPrefix]
+	if streams == nil {
+		return false
+	}
+	at, ok := streams[ev.Extension(encoding.ExtNamespace)]
+	if !ok {
+		at, ok = streams[""]
+	}
+	if !ok {
+		return false
+	}
+	return newer(ev.Extension(encoding.ExtResourceVersion), at)
 }
