@@ -124,6 +124,11 @@ type Dispatcher struct {
 	// since this start; until then a spool is not read back into memory
 	// beyond one event to try the broker with (see spooler.feed).
 	connectFailed, acked atomic.Bool
+	// oldRecords counts the records an earlier process spooled that are
+	// not yet delivered; replayed is closed when it reaches 0 (replay.go).
+	oldRecords   atomic.Int64
+	replayed     chan struct{}
+	replayedOnce sync.Once
 	// replaySkip, if set, says which records an earlier process spooled
 	// the resumed watch delivers again (SetReplaySkip).
 	replaySkip func(c *informer.Change, ev *encoding.Event) bool
@@ -154,6 +159,7 @@ func NewDispatcher(name string, sink sinks.Sink, opt Options) *Dispatcher {
 		opt:       opt,
 		log:       opt.Logger.With("sink", name),
 		connected: make(chan struct{}),
+		replayed:  make(chan struct{}),
 	}
 	d.mBuffer = metrics.BufferEvents.WithLabelValues(name)
 	d.mBufferBytes = metrics.BufferBytes.WithLabelValues(name)
@@ -177,6 +183,9 @@ func (d *Dispatcher) Queued() int { return int(d.queued.Load()) }
 // Start connects the sink (retrying with backoff) and starts the shard
 // workers.
 func (d *Dispatcher) Start() {
+	if d.oldRecords.Load() == 0 {
+		d.replayedOnce.Do(func() { close(d.replayed) })
+	}
 	d.connecting.Add(1)
 	go func() {
 		defer d.connecting.Done()

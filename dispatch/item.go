@@ -22,6 +22,8 @@ type Item struct {
 	conflated     int
 	folded        []informer.Mark
 	conflatedFrom string
+	// old marks a record an earlier process spooled (Dispatcher.Replayed).
+	old bool
 
 	once sync.Once
 	ev   *encoding.Event

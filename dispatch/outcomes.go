@@ -56,14 +56,23 @@ func (d *Dispatcher) drop(e *entry, reason string) {
 	c := e.item.Change
 	d.failed(c, reason)
 	d.markIncomplete(c)
-	e.finish()
+	d.finish(e)
 }
 
 // delivered counts an acknowledged entry, which is then done for this
 // sink.
 func (d *Dispatcher) delivered(e *entry, now time.Time) {
 	d.published(e.item.Change, now)
+	d.finish(e)
+}
+
+// finish records that this sink is done with the entry, for its watch
+// stream's checkpoint and for the replay of an earlier process's spool.
+func (d *Dispatcher) finish(e *entry) {
 	e.finish()
+	if e.item.old {
+		d.oldDone()
+	}
 }
 
 func (d *Dispatcher) failed(c *informer.Change, reason string) {

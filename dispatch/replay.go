@@ -117,3 +117,20 @@ func markerCount(ev *encoding.Event) int {
 	}
 	return *m.Count
 }
+
+// Replayed is closed once every record an earlier process left in the
+// spool has been delivered, or dropped or skipped for good. Until then the
+// stream's checkpoint must not pass them: they are in no broker yet, and
+// the spool's read position is past those read back (SetReplaySkip).
+func (d *Dispatcher) Replayed() <-chan struct{} { return d.replayed }
+
+// OldRecords is how many records of an earlier process are not yet
+// delivered.
+func (d *Dispatcher) OldRecords() int64 { return d.oldRecords.Load() }
+
+// oldDone records that one record of an earlier process is done with.
+func (d *Dispatcher) oldDone() {
+	if d.oldRecords.Add(-1) == 0 {
+		d.replayedOnce.Do(func() { close(d.replayed) })
+	}
+}

@@ -21,6 +21,8 @@ type entry struct {
 	conflated     int
 	folded        []informer.Mark
 	conflatedFrom string
+	// old: an earlier process's record was folded into this entry.
+	old bool
 	// epoch is the number of barriers queued before this entry. Folding is
 	// allowed only within one epoch: moving a change across a snapshot
 	// marker would change what the consumer's snapshot rule concludes.
@@ -71,6 +73,7 @@ func (s *shard) push(it *Item, full bool) (appended bool, delta int64) {
 				// The queued change is the first one folded away.
 				p.conflatedFrom = p.item.resourceVersion()
 			}
+			p.old = p.old || p.item.old
 			p.item, p.size = it, size
 			p.conflated += 1 + it.conflated
 			s.mu.Unlock()

@@ -178,6 +178,7 @@ func (sp *spooler) open(l *lane, opt spool.Options) error {
 	sp.feedCtx, sp.stopFeed = context.WithCancel(context.Background())
 	if n := disk.Depth(); n > 0 {
 		sp.proof = replayProof{left: n, uncertain: l.d.uncleanStart}
+		l.d.oldRecords.Add(n)
 		sp.active.Store(true)
 		l.d.spoolEvents.Add(n)
 		l.log.Info("spool holds events from an earlier run; delivering them before new ones", "events", n, "dir", opt.Dir)
@@ -373,11 +374,16 @@ func (sp *spooler) feed(l *lane) {
 		default:
 		}
 		d.spoolEvents.Add(-1)
+		old := sp.proof.left > 0
 		r, err := parseSpoolRecord(raw)
 		if err != nil {
 			// Cannot happen short of disk corruption; say so loudly.
 			metrics.SpoolErrors.WithLabelValues(d.name, "read").Inc()
 			sp.log.Error("skipping a spool record that cannot be read", "bytes", len(raw), "err", err)
+			if old {
+				sp.proof.left--
+				d.oldDone()
+			}
 			continue
 		}
 		it := r.item(sp.resource)
@@ -385,9 +391,11 @@ func (sp *spooler) feed(l *lane) {
 			if sp.proof.left == 0 {
 				sp.log.Info("spool: skipped the records of an earlier run that the resumed watch delivers again, in order", "records", sp.proof.skips)
 			}
+			d.oldDone()
 			d.spoolGauges()
 			continue
 		}
+		it.old = old
 		sp.proof.check(d, it.Change, r.event)
 		l.enqueueMemory(it, false)
 		d.spoolGauges()

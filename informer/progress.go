@@ -34,6 +34,11 @@ type progress struct {
 	mark    string
 	marked  time.Time
 	durable string
+	// held keeps mark where it is (heldMark takes its moves) until
+	// release: while a spool of an earlier process replays, changes before
+	// the resume point are in no broker yet.
+	held     bool
+	heldMark string
 	// last is the newest position added, done or not: where a relist that
 	// has to declare a gap starts it.
 	last string
@@ -224,9 +229,28 @@ func (p *progress) settle() {
 
 // advance moves the checkpoint to rv. The caller holds mu.
 func (p *progress) advance(rv string) {
-	if rv != "" && rv != p.mark {
+	switch {
+	case rv == "":
+	case p.held:
+		p.heldMark = rv
+	case rv != p.mark:
 		p.mark, p.marked = rv, time.Now()
 	}
+}
+
+// hold keeps the checkpoint at acked until release.
+func (p *progress) hold(acked string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.heldMark, p.mark, p.held = p.mark, acked, true
+}
+
+// release lets the checkpoint move, to where it would have moved.
+func (p *progress) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = false
+	p.advance(p.heldMark)
 }
 
 func (p *progress) advanceDurable(rv string) {

@@ -94,3 +94,17 @@ func BenchmarkProgressAddDone(b *testing.B) {
 		pending[j] = p.add("1", 1)
 	}
 }
+
+func TestAHeldCheckpointStaysAtWhatWasAcknowledgedUntilReleased(t *testing.T) {
+	p := newProgress("20") // resumed from the spool's position
+	defer p.close()
+	p.hold("10") // what every sink had acknowledged
+	p.add("21", 1).Done()
+	if cp, _ := p.checkpoint(); cp != "10" {
+		t.Fatalf("checkpoint %s while held, want 10", cp)
+	}
+	p.release()
+	if cp, _ := p.checkpoint(); cp != "21" {
+		t.Fatalf("checkpoint %s after the release, want 21", cp)
+	}
+}

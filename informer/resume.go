@@ -24,6 +24,12 @@ type Resume struct {
 	// Reason, when set, says why the checkpoint must not be resumed
 	// (GapConfigChanged): the first list then declares a gap from it.
 	Reason string
+	// Acked and Hold: when a spool of an earlier process replays before
+	// the watch resumes, Streams may be past changes that are only in that
+	// spool. The checkpoint then stays at Acked (what every sink had
+	// acknowledged) until Hold is closed (the replay is delivered).
+	Acked map[string]string
+	Hold  <-chan struct{}
 }
 
 // resumer makes every list of an informer go on from where its stream

@@ -1,6 +1,8 @@
 package informer
 
 import (
+	"context"
+	"maps"
 	"strconv"
 	"time"
 
@@ -75,7 +77,11 @@ func (w *Watcher) initStreams() {
 		if w.resume != nil && w.resume.Reason == "" {
 			from = w.resume.Streams[k]
 		}
-		w.streams[k] = newProgress(from)
+		p := newProgress(from)
+		if w.resume != nil && w.resume.Reason == "" && w.resume.Hold != nil {
+			p.hold(w.resume.Acked[k])
+		}
+		w.streams[k] = p
 	}
 	w.single = nil
 	if len(w.streams) == 1 {
@@ -83,6 +89,28 @@ func (w *Watcher) initStreams() {
 			w.single = p
 		}
 	}
+}
+
+// releaseWhenReplayed lets the checkpoints move once the resume's Hold is
+// closed.
+func (w *Watcher) releaseWhenReplayed(ctx context.Context) {
+	if w.resume == nil || w.resume.Hold == nil {
+		return
+	}
+	hold := w.resume.Hold
+	w.streamsMu.Lock()
+	streams := maps.Clone(w.streams)
+	w.streamsMu.Unlock()
+	go func() {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return
+		}
+		for _, p := range streams {
+			p.release()
+		}
+	}()
 }
 
 func (w *Watcher) closeStreams() {

@@ -187,6 +187,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.setState(StateSyncing)
 	w.initStreams()
 	defer w.closeStreams()
+	w.releaseWhenReplayed(ctx)
 	if w.informer, err = w.newInformer(); err != nil {
 		return err
 	}

@@ -47,6 +47,16 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 			a.log.Warn("spool positions unreadable; resuming from the checkpoint", "err", err)
 		}
 	}
+	// While the spools replay what an earlier process left, the resume
+	// points may be past changes that are only there: the checkpoints stay
+	// at what every sink had acknowledged until the replay is delivered,
+	// and the spool's position, which the replay consumes, is not kept.
+	hold := a.replayed()
+	if hold != nil && a.positions != nil {
+		if err := a.positions.Remove(); err != nil {
+			a.log.Warn("spool positions not removed while the spool replays", "err", err)
+		}
+	}
 	from := map[string]map[string]string{}
 	for _, w := range a.watchers {
 		if r := resumeOf(w.ConfigHash(), entries[w.Name()], positions[w.Name()]); r != nil {
@@ -54,6 +64,12 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 				a.log.Warn("the resource's config changed since its checkpoint was written: not resuming, declaring a gap", "resource", w.Name())
 			} else {
 				from[w.Name()] = r.Streams
+				if hold != nil {
+					if e := entries[w.Name()]; e.Hash == w.ConfigHash() {
+						r.Acked = e.Streams
+					}
+					r.Hold = hold
+				}
 			}
 			w.SetResume(r)
 		}
@@ -81,6 +97,13 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if hold != nil {
+				select {
+				case <-hold:
+				case <-saveCtx.Done():
+					return
+				}
+			}
 			a.savePositionsEvery(saveCtx, every)
 		}()
 	}
@@ -92,7 +115,7 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 		if err := store.Save(finalCtx, a.checkpoints()); err != nil {
 			a.log.Warn("checkpoint not saved at shutdown; the next start repeats what was delivered since the last save", "err", err)
 		}
-		if a.positions != nil {
+		if a.positions != nil && closed(hold) {
 			if err := a.positions.Save(a.spoolPositions()); err != nil {
 				a.log.Warn("spool positions not saved at shutdown", "err", err)
 			}
@@ -218,4 +241,39 @@ func afterResume(from map[string]map[string]string, c *informer.Change, ev *enco
 		return false
 	}
 	return newer(ev.Extension(encoding.ExtResourceVersion), at)
+}
+
+// replayed is closed once every dispatcher has delivered what an earlier
+// process left in its spool; nil when none left anything.
+func (a *App) replayed() <-chan struct{} {
+	var waits []<-chan struct{}
+	for _, d := range a.dispatchers {
+		if d.OldRecords() > 0 {
+			waits = append(waits, d.Replayed())
+		}
+	}
+	if len(waits) == 0 {
+		return nil
+	}
+	all := make(chan struct{})
+	go func() {
+		for _, w := range waits {
+			<-w
+		}
+		close(all)
+	}()
+	return all
+}
+
+// closed reports whether c is nil or closed.
+func closed(c <-chan struct{}) bool {
+	if c == nil {
+		return true
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }

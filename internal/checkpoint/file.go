@@ -80,3 +80,12 @@ func (f *File) Save(entries map[string]Entry) error {
 	f.last = maps.Clone(entries)
 	return nil
 }
+
+// Remove deletes the positions: the spool they describe is being consumed.
+func (f *File) Remove() error {
+	f.last = nil
+	if err := os.Remove(f.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
