@@ -56,6 +56,10 @@ var errUndelivered = errors.New("events were not delivered before the drain dead
 // runApp runs the app; tests replace it to decide how a run ends.
 var runApp = (*app.App).Run
 
+// runVerify reads a sink back and compares it with the cluster; tests
+// replace it to decide what verify finds.
+var runVerify = verify.Run
+
 // shutdownResult turns how a run ended into run's error, logging the
 // reason when the process will exit 1 for events it could not deliver.
 func shutdownResult(log *slog.Logger, undelivered int, err error) error {
@@ -77,6 +81,19 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return usageError{fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
 	}
 	return nil
+}
+
+// unknownCommand rejects a first argument that names no command, with
+// cobra's suggestions.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usageError{fmt.Errorf("%s (run '%s --help' for the commands)", msg, cmd.CommandPath())}
 }
 
 // Main runs the command line with args (without the program name) and
@@ -133,6 +150,11 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// Without Args, cobra reports an unknown command as a plain error,
+	// which would exit 1; it is a command line error, so exit 2.
+	root.Args = unknownCommand
+	root.SuggestionsMinimumDistance = 2
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout, stderr), newVerify(g, stdout, stderr), newVersion(stdout))
@@ -175,7 +197,7 @@ func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			rep, err := verify.Run(ctx, verify.Options{Config: cfg, Sink: sink, REST: rc})
+			rep, err := runVerify(ctx, verify.Options{Config: cfg, Sink: sink, REST: rc})
 			if err != nil {
 				return err
 			}
