@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/checkpoint"
@@ -420,6 +421,10 @@ func loadConfig(path string) (*config.Config, error) {
 	cfg, err := config.Load(path, app.DefaultRegistry())
 	var ce *config.Error
 	switch {
+	case err != nil && errors.As(err, &ce) && looksLikeHelmValues(path):
+		// Listing config:, image: and the rest as unknown fields would
+		// hide the one thing to say.
+		return nil, usageError{fmt.Errorf("--config %s: this looks like Helm values; the kubewire config is under `config:` (put that block in a file of its own to check or run it)", path)}
 	case err == nil || errors.As(err, &ce):
 		return cfg, err
 	case isDir(path):
@@ -427,6 +432,22 @@ func loadConfig(path string) (*config.Config, error) {
 	default:
 		return nil, usageError{fmt.Errorf("--config %s: %w", path, err)}
 	}
+}
+
+// looksLikeHelmValues reports whether the file is values for kubewire's
+// chart: a top-level config: mapping, and no apiVersion beside it.
+func looksLikeHelmValues(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var top map[string]any
+	if yaml.Unmarshal(b, &top) != nil {
+		return false
+	}
+	_, hasAPIVersion := top["apiVersion"]
+	inner, ok := top["config"].(map[string]any)
+	return ok && !hasAPIVersion && (inner["apiVersion"] != nil || inner["resources"] != nil || inner["sinks"] != nil)
 }
 
 func isDir(path string) bool {
