@@ -415,3 +415,69 @@ func TestTailOfAnUnreachableBrokerNamesTheSinkAlikeOnKafkaAndNATSAndPrintsNoHead
 		})
 	}
 }
+
+// After the broker restarts, tail goes on by itself, and what is written
+// then shows within a few seconds. tail starts at the end of the stream; it
+// once missed, for good, what was written between the restart and the
+// client's re-creation of its consumer.
+func TestTailShowsNewEventsWithinSecondsOfAJetStreamRestart(t *testing.T) {
+	srv := natstest.Start(t)
+	path := write(t, fmt.Sprintf(tailConfig, "127.0.0.1:1", srv.URL()))
+	cfg, err := config.Load(path, app.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, _ := cfg.Sink("js")
+	s, err := app.DefaultRegistry().New(*sc, sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	send := func(c *informer.Change) error {
+		ev, err := encoding.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return s.Write(wctx, []*encoding.Event{ev})
+	}
+	if err := send(sinktest.Change(informer.OpAdded, "team-a", "before", 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errOut testkit.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Main([]string{"tail", "--config", path, "--sink", "js", "--count", "1", "--name", "after"}, &out, &errOut)
+	}()
+	testkit.Eventually(t, "tail to follow", func() bool { return strings.Contains(errOut.String(), "following") })
+
+	srv.Restart(t)
+	var sent time.Time
+	testkit.Eventually(t, "a write after the restart", func() bool {
+		if send(sinktest.Change(informer.OpAdded, "team-a", "after", 2)) != nil {
+			return false
+		}
+		sent = time.Now()
+		return true
+	})
+	select {
+	case code := <-done:
+		if code != cli.ExitOK {
+			t.Fatalf("exit %d: %s", code, errOut.String())
+		}
+		if took := time.Since(sent); took > 5*time.Second {
+			t.Errorf("the event written after the restart showed %s later, want a few seconds", took.Round(time.Millisecond))
+		} else {
+			t.Logf("the event written after the restart showed %s later", took.Round(time.Millisecond))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("tail did not show the event written after the restart within 30s\nstdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	}
+}
