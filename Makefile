@@ -61,6 +61,7 @@ lint:
 
 ## demo: start a local cluster and print its changes to this terminal as kubewire tail does (RAW=1: the CloudEvents)
 demo: testbin
+	@echo "demo: compiling the demo (a minute or two the first time, seconds after)"
 	@$(GO) run ./internal/demo $(if $(RAW),-raw)
 
 ## manifests: regenerate deploy/kubewire.yaml from charts/kubewire (a test checks they agree)
