@@ -59,9 +59,10 @@ lint:
 	$(GO) vet -tags e2e ./...
 	$(GO) vet -tags bench ./...
 
-## demo: start a local cluster and stream its changes to this terminal
+## demo: start a local cluster and print its changes to this terminal as kubewire tail does (RAW=1: the CloudEvents)
 demo: testbin
-	@$(GO) run ./internal/demo
+	@echo "demo: compiling the demo (a minute or two the first time, seconds after)"
+	@$(GO) run ./internal/demo $(if $(RAW),-raw)
 
 ## manifests: regenerate deploy/kubewire.yaml from charts/kubewire (a test checks they agree)
 manifests:

@@ -31,7 +31,9 @@ type JetStreamConfig struct {
 	// stream from its first message.
 	Start Positions
 	// FromEnd, for an ordered consumer without Start, reads only the
-	// messages stored after Run began, as `kubewire tail` does by default.
+	// messages stored after Run began, as `kubewire tail` does by default,
+	// across server restarts too. It reads the stream's info once
+	// ($JS.API.STREAM.INFO.<stream>) to find where that is.
 	FromEnd bool
 	// OnError, if set, is called each time reading fails (the server is
 	// unreachable, the stream or consumer is missing, an ack failed, ...),
@@ -208,7 +210,16 @@ func (s *JetStreamSource) consumer(ctx context.Context, start int64, fromEnd boo
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if fromEnd {
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+		// Not DeliverNew: the client recreates an ordered consumer after
+		// the server restarts, and one that had read nothing yet would
+		// then start at the end as of that moment, skipping whatever was
+		// written between the restart and the re-creation. Pin the end
+		// as of now instead.
+		st, err := s.cfg.JetStream.Stream(ctx, s.cfg.Stream)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: stream %s: %w", s.cfg.Stream, err)
+		}
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, st.CachedInfo().State.LastSeq+1
 	}
 	if start > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, uint64(start)

@@ -158,3 +158,24 @@ func TestTheExamplesNameTopicsTheKafkaSinkWritesByDefault(t *testing.T) {
 		t.Fatal("found no --topic in the examples: the test reads nothing")
 	}
 }
+
+// docs/consumer.md names the client-go version the consumer package is
+// built and tested with: the one go.mod requires.
+func TestConsumerDocNamesTheClientGoVersionOfGoMod(t *testing.T) {
+	mod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*k8s\.io/client-go (v\S+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod requires no k8s.io/client-go")
+	}
+	doc, err := os.ReadFile("../docs/consumer.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := strings.Join(strings.Fields(string(doc)), " ")
+	if !strings.Contains(flat, "built and tested with `k8s.io/client-go` "+string(m[1])) {
+		t.Errorf("docs/consumer.md does not say it is built with k8s.io/client-go %s, the version go.mod requires", m[1])
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/checkpoint"
@@ -56,6 +57,10 @@ var errUndelivered = errors.New("events were not delivered before the drain dead
 // runApp runs the app; tests replace it to decide how a run ends.
 var runApp = (*app.App).Run
 
+// runVerify reads a sink back and compares it with the cluster; tests
+// replace it to decide what verify finds.
+var runVerify = verify.Run
+
 // shutdownResult turns how a run ended into run's error, logging the
 // reason when the process will exit 1 for events it could not deliver.
 func shutdownResult(log *slog.Logger, undelivered int, err error) error {
@@ -77,6 +82,19 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return usageError{fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
 	}
 	return nil
+}
+
+// unknownCommand rejects a first argument that names no command, with
+// cobra's suggestions.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usageError{fmt.Errorf("%s (run '%s --help' for the commands)", msg, cmd.CommandPath())}
 }
 
 // Main runs the command line with args (without the program name) and
@@ -133,6 +151,11 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// Without Args, cobra reports an unknown command as a plain error,
+	// which would exit 1; it is a command line error, so exit 2.
+	root.Args = unknownCommand
+	root.SuggestionsMinimumDistance = 2
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout, stderr), newVerify(g, stdout, stderr), newVersion(stdout))
@@ -175,7 +198,7 @@ func newVerify(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			rep, err := verify.Run(ctx, verify.Options{Config: cfg, Sink: sink, REST: rc})
+			rep, err := runVerify(ctx, verify.Options{Config: cfg, Sink: sink, REST: rc})
 			if err != nil {
 				return err
 			}
@@ -398,6 +421,10 @@ func loadConfig(path string) (*config.Config, error) {
 	cfg, err := config.Load(path, app.DefaultRegistry())
 	var ce *config.Error
 	switch {
+	case err != nil && errors.As(err, &ce) && looksLikeHelmValues(path):
+		// Listing config:, image: and the rest as unknown fields would
+		// hide the one thing to say.
+		return nil, usageError{fmt.Errorf("--config %s: this looks like Helm values; the kubewire config is under `config:` (put that block in a file of its own to check or run it)", path)}
 	case err == nil || errors.As(err, &ce):
 		return cfg, err
 	case isDir(path):
@@ -405,6 +432,22 @@ func loadConfig(path string) (*config.Config, error) {
 	default:
 		return nil, usageError{fmt.Errorf("--config %s: %w", path, err)}
 	}
+}
+
+// looksLikeHelmValues reports whether the file is values for kubewire's
+// chart: a top-level config: mapping, and no apiVersion beside it.
+func looksLikeHelmValues(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var top map[string]any
+	if yaml.Unmarshal(b, &top) != nil {
+		return false
+	}
+	_, hasAPIVersion := top["apiVersion"]
+	inner, ok := top["config"].(map[string]any)
+	return ok && !hasAPIVersion && (inner["apiVersion"] != nil || inner["resources"] != nil || inner["sinks"] != nil)
 }
 
 func isDir(path string) bool {

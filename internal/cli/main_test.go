@@ -24,6 +24,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(endlessDrainEnv) != "" {
+		endlessDrainMain()
+	}
 	code := m.Run()
 	if cluster != nil {
 		if err := cluster.Stop(); err != nil {

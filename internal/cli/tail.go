@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -48,9 +49,13 @@ the stream until interrupted. --from-beginning reads everything the topic or
 stream keeps; --no-follow stops once tail has read what was there when it
 started; --count stops after that many events.
 
--o table prints one line per event: time, type, partition key,
-resourceVersion, a short id, and a note (conflated, finalstateunknown,
-incomplete). Kafka tombstones and gaps in the stream are lines of their own.
+-o table prints one line per event: time, type, object (the partition key),
+resourceVersion, who changed it (changedby), on Kafka the partition, the
+event id, and a note: for an update, the first changed fields as
+"path: old → new" (once tail has seen the object before); conflated,
+finalstateunknown, incomplete; a watch gap's range. A snapshot marker or
+watch gap, written to every partition, is shown once. Kafka tombstones and
+gaps in the stream are lines of their own.
 -o json prints each event as one structured-mode CloudEvent per line, and
 -o yaml as YAML documents; with those, tombstones and gaps go to stderr, so
 that stdout holds only CloudEvents.`,
@@ -125,8 +130,9 @@ type tailFilter struct{ namespaces, names, types []string }
 
 func (t *tailFilter) keeps(typ, namespace, name string) bool {
 	in := func(l []string, v string) bool { return len(l) == 0 || slices.Contains(l, v) }
-	typeOK := in(t.types, typ) || strings.HasPrefix(typ, "snapshot.") && slices.Contains(t.types, "snapshot")
-	if typ == "gap" || typ == "malformed" {
+	typeOK := in(t.types, typ) || strings.HasPrefix(typ, "snapshot.") && slices.Contains(t.types, "snapshot") ||
+		typ == "watch.gap" && slices.Contains(t.types, "gap")
+	if typ == "gap" || typ == "watch.gap" || typ == "malformed" {
 		// They belong to no object: only --type hides them.
 		return typeOK
 	}
@@ -158,7 +164,8 @@ func keyParts(key string) (namespace, name string) {
 func runTail(ctx context.Context, cfg *config.Config, sc *config.Sink, f tailFlags, flt *tailFilter, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p := &tailPrinter{out: stdout, errOut: stderr, format: f.output, filter: flt, limit: f.count, done: cancel}
+	_, isKafka := sc.Block.(*kafka.Config)
+	p := &tailPrinter{out: stdout, errOut: stderr, format: f.output, filter: flt, limit: f.count, done: cancel, partitions: isKafka}
 	var v *consumer.View
 	v = consumer.NewView(consumer.Options{OnRead: func(r consumer.Read) {
 		// With --no-follow, what a source reads after every source caught
@@ -185,10 +192,9 @@ func runTail(ctx context.Context, cfg *config.Config, sc *config.Sink, f tailFla
 	}
 	runs, what, closeFn, err := tailSources(ctx, cfg, sc, v, !f.fromBeginning, onError)
 	if err != nil {
-		return err
+		return fmt.Errorf("tail: reading sink %s: %w", sc.Name, err)
 	}
 	defer closeFn()
-	p.header()
 
 	var wg sync.WaitGroup
 	for _, run := range runs {
@@ -203,6 +209,9 @@ func runTail(ctx context.Context, cfg *config.Config, sc *config.Sink, f tailFla
 		})
 	}
 	if err := v.WaitForSync(ctx); err == nil {
+		// Every source has read what was there: the connection works, and
+		// an empty stream still gets its header.
+		p.header()
 		if f.noFollow {
 			cancel()
 		} else {
@@ -273,18 +282,50 @@ type tailPrinter struct {
 	printed     int
 	done        func()
 	err         error
+	// partitions adds the PARTITION column (Kafka).
+	partitions bool
+	// changes remembers objects, so that an update row names what changed.
+	changes    *changeTracker
+	headerOnce sync.Once
+	// markers are the ids of snapshot markers and gap events already
+	// printed: kubewire writes each to every partition of a topic, and a
+	// person needs to see it once.
+	markers map[string]bool
 }
 
-const tableRow = "%-24s  %-18s  %-40s  %-10s  %-8s  %s\n"
-
+// header prints the table's header once, before the first row or when
+// tail caught up, whichever is first: so only after the broker answered.
 func (p *tailPrinter) header() {
-	if p.format == "table" {
-		p.row("TIME", "TYPE", "KEY", "RV", "ID", "NOTE")
-	}
+	p.headerOnce.Do(func() {
+		if p.format == "table" {
+			p.writeRow("TIME", "TYPE", "OBJECT", "RV", "BY", "PARTITION", "ID", "NOTE")
+		}
+	})
 }
 
-func (p *tailPrinter) row(cols ...any) {
-	p.write(p.out, strings.TrimRight(fmt.Sprintf(tableRow, cols...), " \n")+"\n")
+// row prints a table row; cols are TIME, TYPE, OBJECT, RV, BY, PARTITION,
+// ID, NOTE, and PARTITION is left out unless the sink has partitions.
+func (p *tailPrinter) row(cols ...string) {
+	p.header()
+	p.writeRow(cols...)
+}
+
+func (p *tailPrinter) writeRow(cols ...string) {
+	widths := []int{24, 18, 40, 8, 20, 9, 44, 0}
+	var b strings.Builder
+	for i, c := range cols {
+		if i == 5 && !p.partitions {
+			continue
+		}
+		if c == "" && i < len(cols)-1 {
+			c = "-"
+		}
+		if b.Len() > 0 {
+			b.WriteString("  ")
+		}
+		fmt.Fprintf(&b, "%-*s", widths[i], c)
+	}
+	p.write(p.out, strings.TrimRight(b.String(), " ")+"\n")
 }
 
 func (p *tailPrinter) write(w io.Writer, s string) {
@@ -301,60 +342,77 @@ func (p *tailPrinter) print(r consumer.Read) {
 	}
 	switch r.Kind {
 	case consumer.ReadEvent:
-		p.event(r.Event)
+		p.event(r.Event, r.Position.Partition)
 	case consumer.ReadTombstone:
 		ns, name := keyParts(r.Key)
 		if p.filter.keeps("tombstone", ns, name) {
-			p.other("tombstone", r.Key, fmt.Sprintf("at %s@%d", r.Position.Partition, r.Position.Offset))
+			p.other("tombstone", r.Key, r.Position.Partition, fmt.Sprintf("at %s@%d", r.Position.Partition, r.Position.Offset))
 		}
 	case consumer.ReadGap:
 		if p.filter.keeps("gap", "", "") {
-			p.other("gap", r.Position.Partition, fmt.Sprintf("events lost before offset %d", r.Position.Offset))
+			p.other("gap", r.Position.Partition, r.Position.Partition, fmt.Sprintf("events lost before offset %d", r.Position.Offset))
 		}
 	case consumer.ReadMalformed:
 		if p.filter.keeps("malformed", "", "") {
-			p.other("malformed", r.Position.Partition, fmt.Sprintf("at offset %d: %v", r.Position.Offset, r.Err))
+			p.other("malformed", r.Position.Partition, r.Position.Partition, fmt.Sprintf("at offset %d: %v", r.Position.Offset, r.Err))
 		}
 	}
 }
 
 // other prints what is not a CloudEvent: a table row, or a line on stderr
 // so that json and yaml output hold only events.
-func (p *tailPrinter) other(kind, key, note string) {
+func (p *tailPrinter) other(kind, key, partition, note string) {
 	if p.format == "table" {
-		p.row("-", kind, key, "-", "-", note)
+		p.row("-", kind, key, "-", "-", partitionNumber(partition), "-", note)
 		return
 	}
 	p.write(p.errOut, fmt.Sprintf("tail: %s %s %s\n", kind, key, note))
 }
 
-func (p *tailPrinter) event(ev *event.Event) {
+// partitionNumber is the partition of a Kafka position ("topic/3" → "3").
+func partitionNumber(partition string) string {
+	if i := strings.LastIndexByte(partition, '/'); i >= 0 {
+		return partition[i+1:]
+	}
+	return partition
+}
+
+func (p *tailPrinter) event(ev *event.Event, partition string) {
 	ext := func(name string) string { v, _ := ev.Extensions()[name].(string); return v }
 	typ := shortType(ev.Type())
 	if !p.filter.keeps(typ, ext(encoding.ExtNamespace), ext(encoding.ExtName)) {
 		return
 	}
+	if typ != "added" && typ != "updated" && typ != "deleted" && typ != "synced" {
+		// A marker or gap is written to every partition; show it once.
+		if p.markers == nil {
+			p.markers = map[string]bool{}
+		}
+		if p.markers[ev.ID()] {
+			return
+		}
+		p.markers[ev.ID()] = true
+	}
 	switch p.format {
 	case "table":
-		var notes []string
+		if p.changes == nil {
+			p.changes = newChangeTracker()
+		}
+		notes := p.changes.observe(ev)
 		for _, n := range []string{encoding.ExtConflated, encoding.ExtFinalStateUnknown, encoding.ExtIncomplete} {
 			if _, ok := ev.Extensions()[n]; ok {
 				notes = append(notes, n)
 			}
 		}
+		if typ == "watch.gap" {
+			notes = append(notes, gapNote(ev))
+		}
 		t := "-"
 		if !ev.Time().IsZero() {
 			t = ev.Time().UTC().Format("2006-01-02T15:04:05.000Z")
 		}
-		id := ev.ID()
-		if len(id) > 8 {
-			id = id[:8]
-		}
-		rv := ext(encoding.ExtResourceVersion)
-		if rv == "" {
-			rv = "-"
-		}
-		p.row(t, typ, ext(encoding.ExtPartitionKey), rv, id, strings.Join(notes, ","))
+		p.row(t, typ, ext(encoding.ExtPartitionKey), ext(encoding.ExtResourceVersion), ext(encoding.ExtChangedBy),
+			partitionNumber(partition), ev.ID(), strings.Join(notes, ", "))
 	case "json", "yaml":
 		b, err := ev.MarshalJSON()
 		if err == nil && p.format == "yaml" {
@@ -373,4 +431,22 @@ func (p *tailPrinter) event(ev *event.Event) {
 	if p.limit > 0 && p.printed >= p.limit {
 		p.done()
 	}
+}
+
+// gapNote tells a watch.gap event's range: the resourceVersions whose
+// changes may be missing, and why.
+func gapNote(ev *event.Event) string {
+	var g encoding.Gap
+	if err := json.Unmarshal(ev.Data(), &g); err != nil {
+		return "gap: unreadable data: " + err.Error()
+	}
+	from := g.From
+	if from == "" {
+		from = "?"
+	}
+	note := fmt.Sprintf("changes in (%s, %s] may be missing (%s)", from, g.To, g.Reason)
+	if g.Namespace != "" {
+		note += " in namespace " + g.Namespace
+	}
+	return note
 }

@@ -27,7 +27,8 @@ import (
 )
 
 // tailConfig routes the sinktest resource (widgets) to a Kafka sink
-// "events" (one partition, tombstones on) and a JetStream sink "js", and a
+// "events" (one partition, tombstones on), a Kafka sink "wide" (three
+// partitions) and a JetStream sink "js", and a
 // ConfigMap resource to a core NATS sink and a stdout sink.
 const tailConfig = `apiVersion: kubewire.io/v1alpha1
 kind: Config
@@ -36,7 +37,7 @@ resources:
   - group: demo.kubewire.io
     version: v1
     resource: widgets
-    sinks: [events, js]
+    sinks: [events, js, wide]
   - version: v1
     resource: configmaps
     sinks: [core, out]
@@ -62,6 +63,12 @@ sinks:
       servers: [%[2]s]
   - name: out
     type: stdout
+  - name: wide
+    type: kafka
+    kafka:
+      brokers: [%[1]s]
+      topic: wide.{group}.{resource}
+      createTopics: {partitions: 3, replicationFactor: 1}
 `
 
 // tailEnv is a kfake cluster and an embedded nats-server, a config file
@@ -86,7 +93,7 @@ func newTailEnv(t *testing.T) *tailEnv {
 		t.Fatal(err)
 	}
 	deps := sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	for _, name := range []string{"events", "js"} {
+	for _, name := range []string{"events", "js", "wide"} {
 		sc, _ := cfg.Sink(name)
 		s, err := app.DefaultRegistry().New(*sc, deps)
 		if err != nil {
@@ -326,5 +333,151 @@ func TestTailOfABrokerThatCannotBeReachedExitsNamingTheSink(t *testing.T) {
 	}
 	if code != cli.ExitFailed || !strings.Contains(errOut, "tail: reading sink events:") {
 		t.Fatalf("exit %d, stderr %q; want exit %d and the sink named", code, errOut, cli.ExitFailed)
+	}
+}
+
+// A snapshot's markers and a watch gap are written to every partition of a
+// Kafka topic; tail shows each once, says where each event sat, names the
+// gap's range, and gives each event's whole id.
+func TestTailOnKafkaShowsPartitionsFullIdsAndEachMarkerOnce(t *testing.T) {
+	env := newTailEnv(t)
+	res := sinktest.Resource
+	at := time.Date(2026, 11, 26, 18, 0, 0, 0, time.UTC)
+	started := &informer.Change{Op: informer.OpSnapshotStarted, Resource: res, Key: res.KeyPrefix, SnapshotID: "snap-1", Observed: at}
+	gap := &informer.Change{Op: informer.OpGap, Resource: res, Key: res.KeyPrefix, Observed: at,
+		Gap: &informer.Gap{From: "100", To: "250", Reason: informer.GapExpired}}
+	env.send(t, "wide", append([]*informer.Change{started, gap}, history()...)...)
+
+	code, out, errOut := run("tail", "--config", env.path, "--sink", "wide", "--from-beginning", "--no-follow")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.Contains(lines[0], "PARTITION") {
+		t.Errorf("no PARTITION column on a Kafka sink: %q", lines[0])
+	}
+	if n := strings.Count(out, "snapshot.started"); n != 1 {
+		t.Errorf("the snapshot.started marker is shown %d times, want once:\n%s", n, out)
+	}
+	if n := strings.Count(out, "watch.gap"); n != 1 || !strings.Contains(out, "(100, 250]") || !strings.Contains(out, informer.GapExpired) {
+		t.Errorf("the gap is shown %d times (want once) or without its range (100, 250] and reason:\n%s", n, out)
+	}
+	for _, c := range history() {
+		ev, err := encoding.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "  "+ev.ID()+" ") && !strings.HasSuffix(strings.TrimSpace(out), ev.ID()) && !strings.Contains(out, "  "+ev.ID()+"\n") {
+			t.Errorf("event id %s is not shown whole:\n%s", ev.ID(), out)
+		}
+	}
+	partitions := map[string]bool{}
+	for _, l := range lines[1:] {
+		if f := strings.Fields(l); len(f) > 5 && (f[1] == "added" || f[1] == "updated" || f[1] == "deleted") {
+			partitions[f[5]] = true
+		}
+	}
+	for p := range partitions {
+		if p != "0" && p != "1" && p != "2" {
+			t.Errorf("partition column holds %q, want 0, 1 or 2:\n%s", p, out)
+		}
+	}
+	if len(partitions) == 0 {
+		t.Errorf("no object rows with a partition:\n%s", out)
+	}
+}
+
+// Whether tail cannot reach Kafka or NATS, the error names the sink the
+// same way, and no table header is printed before a connection works.
+func TestTailOfAnUnreachableBrokerNamesTheSinkAlikeOnKafkaAndNATSAndPrintsNoHeader(t *testing.T) {
+	addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
+	path := write(t, fmt.Sprintf(tailConfig, addr, "nats://"+addr))
+	for _, sink := range []string{"events", "js"} {
+		t.Run(sink, func(t *testing.T) {
+			done := make(chan struct{})
+			var code int
+			var out, errOut string
+			go func() {
+				defer close(done)
+				code, out, errOut = run("tail", "--config", path, "--sink", sink)
+			}()
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("tail kept waiting for a broker that is not there")
+			}
+			if code != cli.ExitFailed || !strings.HasPrefix(errOut, "error: tail: reading sink "+sink+":") {
+				t.Errorf("exit %d, stderr %q; want exit %d and the prefix \"tail: reading sink %s:\"", code, errOut, cli.ExitFailed, sink)
+			}
+			if out != "" {
+				t.Errorf("tail printed %q to stdout before it could connect", out)
+			}
+		})
+	}
+}
+
+// After the broker restarts, tail goes on by itself, and what is written
+// then shows within a few seconds. tail starts at the end of the stream; it
+// once missed, for good, what was written between the restart and the
+// client's re-creation of its consumer.
+func TestTailShowsNewEventsWithinSecondsOfAJetStreamRestart(t *testing.T) {
+	srv := natstest.Start(t)
+	path := write(t, fmt.Sprintf(tailConfig, "127.0.0.1:1", srv.URL()))
+	cfg, err := config.Load(path, app.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, _ := cfg.Sink("js")
+	s, err := app.DefaultRegistry().New(*sc, sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	send := func(c *informer.Change) error {
+		ev, err := encoding.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return s.Write(wctx, []*encoding.Event{ev})
+	}
+	if err := send(sinktest.Change(informer.OpAdded, "team-a", "before", 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errOut testkit.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Main([]string{"tail", "--config", path, "--sink", "js", "--count", "1", "--name", "after"}, &out, &errOut)
+	}()
+	testkit.Eventually(t, "tail to follow", func() bool { return strings.Contains(errOut.String(), "following") })
+
+	srv.Restart(t)
+	var sent time.Time
+	testkit.Eventually(t, "a write after the restart", func() bool {
+		if send(sinktest.Change(informer.OpAdded, "team-a", "after", 2)) != nil {
+			return false
+		}
+		sent = time.Now()
+		return true
+	})
+	select {
+	case code := <-done:
+		if code != cli.ExitOK {
+			t.Fatalf("exit %d: %s", code, errOut.String())
+		}
+		if took := time.Since(sent); took > 5*time.Second {
+			t.Errorf("the event written after the restart showed %s later, want a few seconds", took.Round(time.Millisecond))
+		} else {
+			t.Logf("the event written after the restart showed %s later", took.Round(time.Millisecond))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("tail did not show the event written after the restart within 30s\nstdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	}
 }

@@ -30,9 +30,9 @@ const onlineTimeout = 30 * time.Second
 
 func newValidate(stdout, stderr io.Writer) *cobra.Command {
 	var path, kubeconfig, kubecontext string
-	var strict bool
+	var strict, brokers bool
 	cmd := &cobra.Command{
-		Use:   "validate --config FILE [--kubeconfig FILE [--context NAME]] [--strict]",
+		Use:   "validate --config FILE [--kubeconfig FILE [--context NAME] [--check-brokers=false]] [--strict]",
 		Short: "Check a config file offline or, with --kubeconfig, against a cluster; exit 2 listing every error",
 		Long: `Check a config file and exit 2 listing every error, each with its field path.
 
@@ -44,6 +44,14 @@ checks against that cluster (never the in-cluster service account) that:
     configured namespace or cluster-wide (SelfSubjectAccessReview);
   - every file the config names (TLS, passwords, tokens, NATS credentials)
     exists and can be opened here, so run it where kubewire runs.
+  - each kafka and nats sink's brokers take a connection with the sink's TLS
+    settings and credentials; every Kafka topic the sink writes exists or,
+    with createTopics, can be created (the brokers validate the creation
+    without doing it); a JetStream sink's stream exists, or jetstream.stream
+    is set for kubewire to create it. An existing Kafka topic weaker than
+    docs/sinks/kafka.md asks (replication factor below 3,
+    min.insync.replicas below 2, unclean leader election on) is a warning.
+    --check-brokers=false leaves the brokers out.
 
 Warnings (risky settings, optional resources the cluster does not serve)
 are printed and exit 0 unless --strict is given.`,
@@ -83,8 +91,19 @@ are printed and exit 0 unless --strict is given.`,
 				}
 				warnings = append(warnings, res.warnings...)
 				failures = append(failures, res.failures...)
-				failures = append(failures, checkFiles(cfg)...)
+				fileFailures, badFields := checkFiles(cfg)
+				failures = append(failures, fileFailures...)
 				checked = fmt.Sprintf("; checked against %s (context %q)", apiserverHost(rc.Host), contextName)
+				if brokers {
+					bctx, cancel := context.WithTimeout(cmd.Context(), onlineTimeout)
+					defer cancel()
+					b, n := checkBrokers(bctx, cfg, badFields)
+					warnings = append(warnings, b.warnings...)
+					failures = append(failures, b.failures...)
+					if n > 0 {
+						checked += fmt.Sprintf(" and the brokers of %d sink(s)", n)
+					}
+				}
 			}
 			for _, w := range warnings {
 				fmt.Fprintf(stdout, "%s: warning: %s\n", path, w)
@@ -106,6 +125,7 @@ are printed and exit 0 unless --strict is given.`,
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "check against the cluster of this kubeconfig too (default: offline only)")
 	cmd.Flags().StringVar(&kubecontext, "context", "", "kubeconfig context to use instead of the current one")
 	cmd.Flags().BoolVar(&strict, "strict", false, "exit 2 on warnings too")
+	cmd.Flags().BoolVar(&brokers, "check-brokers", true, "with --kubeconfig, also connect to the kafka and nats sinks' brokers and check their topics and streams")
 	return cmd
 }
 
@@ -256,15 +276,15 @@ func scopeName(ns string) string {
 }
 
 // checkFiles reports each file the config names that cannot be opened for
-// reading, or is a directory.
-func checkFiles(cfg *config.Config) []string {
-	var failures []string
+// reading, or is a directory, and the fields that name them.
+func checkFiles(cfg *config.Config) (failures, fields []string) {
 	for _, f := range cfg.Files() {
 		if err := readable(f.Path); err != nil {
 			failures = append(failures, fmt.Sprintf("%s: %v", f.Field, err))
+			fields = append(fields, f.Field.String())
 		}
 	}
-	return failures
+	return failures, fields
 }
 
 func readable(path string) error {

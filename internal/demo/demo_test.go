@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,7 +47,8 @@ func alive(pid int) bool {
 	return !strings.Contains(string(stat), ") Z ")
 }
 
-func TestTheDemoStreamsChurnAndCtrlCLeavesNoProcessBehind(t *testing.T) {
+// With -raw the demo prints the CloudEvents themselves.
+func TestTheRawDemoStreamsChurnAndCtrlCLeavesNoProcessBehind(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real cluster")
 	}
@@ -55,7 +57,7 @@ func TestTheDemoStreamsChurnAndCtrlCLeavesNoProcessBehind(t *testing.T) {
 		t.Fatalf("build demo: %v\n%s", err, out)
 	}
 	var stdout, stderr testkit.Buffer
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, "-raw")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -102,5 +104,70 @@ func TestTheDemoStreamsChurnAndCtrlCLeavesNoProcessBehind(t *testing.T) {
 		if alive(pid) {
 			t.Errorf("child process %d is still running after the demo exited", pid)
 		}
+	}
+}
+
+// TestMakeDemoPrintsChangesForPeopleAndCtrlCEndsItCleanly runs `make demo`
+// as a person does, under a pseudo-terminal (script), where Ctrl-C is
+// typed, not sent to one process: the terminal signals its foreground
+// process group, make and go run included.
+func TestMakeDemoPrintsChangesForPeopleAndCtrlCEndsItCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real cluster")
+	}
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Skip("needs script(1) for a pseudo-terminal")
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("needs make")
+	}
+	var out testkit.Buffer
+	cmd := exec.Command("script", "-qec", "make demo; echo make-exit=$?", "/dev/null")
+	cmd.Dir = "../.."
+	cmd.Stdout, cmd.Stderr = &out, &out
+	keys, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	// The header, the snapshot, and an update naming what it changed.
+	changed := regexp.MustCompile(`(?m)^\S+\s+updated\s+\S+/demo/\S+\s+\d+\s+\S+\s+\S+\s+(data\.level|spec\.size): \d+ → \d+`)
+	deadline := time.Now().Add(3 * time.Minute)
+	for !changed.MatchString(out.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no update row with its change after 3 minutes:\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, want := range []string{"TIME", "OBJECT", "snapshot.completed", "demo: waiting for"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the demo's screen lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), `"specversion"`) {
+		t.Errorf("the demo printed raw CloudEvents by default:\n%s", out.String())
+	}
+
+	if _, err := keys.Write([]byte{3}); err != nil { // Ctrl-C
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("make demo still running 90s after Ctrl-C:\n%s", out.String())
+	}
+	screen := out.String()
+	after := screen[strings.LastIndex(screen, "^C"):]
+	if !strings.Contains(after, "make-exit=0") || strings.Contains(screen, "***") {
+		t.Errorf("make demo did not exit 0 without a make error after Ctrl-C:\n%s", after)
+	}
+	if n := strings.Count(after, "\n"); n > 2 || !strings.Contains(after, "bye") {
+		t.Errorf("want one goodbye line after Ctrl-C, got:\n%s", after)
 	}
 }

@@ -1,14 +1,18 @@
 // Command demo starts a throwaway kube-apiserver and etcd, fills them with a
 // namespace, a CRD and a few objects, and runs `kubewire run` on the embedded
-// example config so CloudEvents stream to the terminal. It keeps changing
-// objects every second until Ctrl-C, then stops everything it started.
+// example config, and prints each change as `kubewire tail` does: time, type,
+// object, resourceVersion, who changed it and, for an update, the fields it
+// changed. -raw prints the CloudEvents instead. It keeps changing objects
+// every second until Ctrl-C, then stops everything it started and exits 0.
 //
-// Run it with `make demo`.
+// Run it with `make demo` (or `make demo RAW=1`).
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -36,23 +40,33 @@ const ns = "demo"
 var widgets = schema.GroupVersionResource{Group: "demo.kubewire.io", Version: "v1", Resource: "widgets"}
 
 func main() {
-	if err := run(); err != nil {
+	raw := flag.Bool("raw", false, "print the CloudEvents as kubewire's stdout sink writes them, one JSON object per line")
+	flag.Parse()
+	// Ctrl-C is for the demo alone: under make, make would otherwise take
+	// it too and end with an error, whatever the demo did.
+	restore := foreground()
+	err := run(*raw)
+	restore()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
+	say("stopped kubewire, kube-apiserver and etcd; bye")
 }
 
-func run() error {
+func run(raw bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	say("starting a local kube-apiserver and etcd (the first run builds them once; see above)")
+	say("starting a local kube-apiserver and etcd (the first run builds them once, about 5 minutes on 2 cores)")
 	c, err := testcluster.Start(ctx, testcluster.Options{Progress: os.Stderr})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // Ctrl-C while starting
+		}
 		return err
 	}
 	defer func() {
-		say("stopping kube-apiserver and etcd")
 		if err := c.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "demo: stopping cluster:", err)
 		}
@@ -76,10 +90,14 @@ func run() error {
 	kube := kubernetes.NewForConfigOrDie(rc)
 	dyn := dynamic.NewForConfigOrDie(rc)
 	if err := seed(ctx, kube, apiextensionsclient.NewForConfigOrDie(rc), dyn); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	say("cluster ready; kubeconfig at " + kubeconfig)
-	say("running: kubewire run --config " + cfgPath + " (Ctrl-C to stop)")
+	say("running: kubewire run --config " + cfgPath)
+	say("waiting for kubewire's first events: a snapshot of every object, then a change about every second (Ctrl-C to stop)")
 
 	churnDone := make(chan struct{})
 	go func() {
@@ -88,9 +106,26 @@ func run() error {
 	}()
 	// kubewire installs its own signal handling: the same Ctrl-C that ends
 	// ctx makes it drain and return.
-	code := cli.Main([]string{"run", "--config", cfgPath, "--kubeconfig", kubeconfig, "--log-level", "warn", "--http-address", "127.0.0.1:0"}, os.Stdout, os.Stderr)
+	var out io.Writer = os.Stdout
+	printed := make(chan error, 1)
+	pr, pw := io.Pipe()
+	if raw {
+		printed <- nil
+	} else {
+		out = pw
+		go func() {
+			err := cli.PrintChanges(pr, os.Stdout)
+			pr.CloseWithError(err)
+			printed <- err
+		}()
+	}
+	code := cli.Main([]string{"run", "--config", cfgPath, "--kubeconfig", kubeconfig, "--log-level", "warn", "--http-address", "127.0.0.1:0"}, out, os.Stderr)
+	pw.Close()
 	stop()
 	<-churnDone
+	if err := <-printed; err != nil {
+		return fmt.Errorf("printing the events: %w", err)
+	}
 	if code != cli.ExitOK {
 		return fmt.Errorf("kubewire exited with code %d", code)
 	}
@@ -121,6 +156,7 @@ func seed(ctx context.Context, kube kubernetes.Interface, crds apiextensionsclie
 		return fmt.Errorf("create CRD: %w", err)
 	}
 	// The CRD is served a moment after it is created.
+	say("waiting for the API server to serve the Widget CRD")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := dyn.Resource(widgets).Namespace(ns).List(ctx, metav1.ListOptions{}); err == nil {

@@ -16,26 +16,42 @@ import (
 // back.
 var ErrNoHistory = errors.New("nats: core NATS keeps no history to read; only a jetstream sink can be read back")
 
+// Dial connects to the sink's servers with its TLS settings and
+// credentials, as the sink does, whatever its mode. The caller closes the
+// connection.
+func Dial(c *Config) (*natsgo.Conn, error) {
+	nc, _, err := dial(c)
+	return nc, err
+}
+
+func dial(c *Config) (*natsgo.Conn, *Sink, error) {
+	s, err := New("reader", c, sinks.Deps{})
+	if err != nil {
+		return nil, nil, err
+	}
+	sink := s.(*Sink)
+	opts, err := sink.options()
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := natsgo.Connect(strings.Join(sink.cfg.Servers, ","), opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("nats: connect: %w", err)
+	}
+	return nc, sink, nil
+}
+
 // OpenStream connects to the sink's servers with its TLS settings and
 // credentials, and finds the JetStream stream that keeps its messages: the
 // one the config provisions, or else the one that captures the sink's
 // subjects. The caller closes the connection.
 func OpenStream(ctx context.Context, c *Config) (*natsgo.Conn, jetstream.JetStream, string, error) {
-	s, err := New("reader", c, sinks.Deps{})
-	if err != nil {
-		return nil, nil, "", err
-	}
-	sink := s.(*Sink)
-	if sink.cfg.Mode != ModeJetStream {
+	if c.Defaulted().Mode != ModeJetStream {
 		return nil, nil, "", ErrNoHistory
 	}
-	opts, err := sink.options()
+	nc, sink, err := dial(c)
 	if err != nil {
 		return nil, nil, "", err
-	}
-	nc, err := natsgo.Connect(strings.Join(sink.cfg.Servers, ","), opts...)
-	if err != nil {
-		return nil, nil, "", fmt.Errorf("nats: connect: %w", err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
