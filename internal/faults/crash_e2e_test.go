@@ -382,7 +382,25 @@ func TestE2ECrashCyclesOfSIGKILLLoseNoVersionAndNeverPruneALiveObject(t *testing
 		// older than what it holds. What must never happen is a first
 		// copy out of order: the write order is checked on first copies.
 		firsts, replays := firstCopies(evs)
-		order, checked := wg.outOfOrder(firsts)
+		// A version a conflated event declared folded (its range
+		// [conflatedfrom, resourceversion)) may come again on its own
+		// after a kill: the watch resumes from a checkpoint before the
+		// fold was delivered. It is late, not out of order: the fold
+		// already stood for it, and consumers skip it as older than what
+		// they hold. What must not happen is a version nothing declared
+		// coming out after a newer one.
+		foldRanges := declaredFolds(evs)
+		lateFolded := 0
+		kept := firsts[:0:0]
+		for _, ev := range firsts {
+			if inGap(foldRanges[apptest.Ext(ev, encoding.ExtPartitionKey)], apptest.Ext(ev, encoding.ExtResourceVersion)) {
+				lateFolded++
+				continue
+			}
+			kept = append(kept, ev)
+		}
+		t.Logf("%s: %d versions declared folded came again on their own after a kill", sink, lateFolded)
+		order, checked := wg.outOfOrder(kept)
 		if checked == 0 {
 			t.Errorf("%s: no event carried a version the test wrote", sink)
 		}
@@ -453,7 +471,6 @@ func TestE2ECrashCyclesOfSIGKILLLoseNoVersionAndNeverPruneALiveObject(t *testing
 		// a kill, and what was written while no kubewire ran, comes again
 		// from the checkpoint.
 		gaps := declaredGaps(t, evs)
-		foldRanges := declaredFolds(evs)
 		outside := 0
 		var outsideDesc []string
 		for key, idx := range wg.missing(evs) {
