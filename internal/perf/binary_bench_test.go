@@ -36,7 +36,8 @@ package perf
 //
 // Settings: KUBEWIRE_BINARY_BENCH_SINKS (default
 // "stdout,http,nats,jetstream,kafka"), KUBEWIRE_BINARY_BENCH_RATES (writes
-// per second and window, default "200:20s,20:30s"),
+// per second and window, default "200:20s,20:30s"; a rate of 0 measures the
+// process idle and reports cpu-µs/s and ctxsw/s instead),
 // KUBEWIRE_BINARY_BENCH_OBJECTS (default 2000). KUBEWIRE_BINARY_BENCH_SMOKE=1
 // is a check that the harness still runs: stdout only, 200 objects, 200/s
 // for 3 s.
@@ -92,7 +93,7 @@ func binaryBenchSettings(b *testing.B) (sinkNames []string, rates []binaryRate, 
 		r, w, ok := strings.Cut(strings.TrimSpace(s), ":")
 		n, err := strconv.Atoi(r)
 		d, derr := time.ParseDuration(w)
-		if !ok || err != nil || derr != nil || n <= 0 || d <= 0 {
+		if !ok || err != nil || derr != nil || n < 0 || d <= 0 {
 			b.Fatalf("KUBEWIRE_BINARY_BENCH_RATES: %q is not RATE:WINDOW (for example 200:20s)", s)
 		}
 		rates = append(rates, binaryRate{n, d})
@@ -143,8 +144,11 @@ func BenchmarkShippedBinary(b *testing.B) {
 // b.N windows of r.window each.
 func measureBinary(b *testing.B, k *binaryProcess, kube kubernetes.Interface, ns string, objects int, r binaryRate, warmup time.Duration) {
 	b.StopTimer()
-	c := startChurn(kube, ns, objects, r.perSecond)
-	defer c.stop()
+	c := &churn{}
+	if r.perSecond > 0 {
+		c = startChurn(kube, ns, objects, r.perSecond)
+		defer c.stop()
+	}
 	// The warm-up lets the process settle at the rate: buffers, connections,
 	// and the GOMAXPROCS adapter, which looks once a second.
 	time.Sleep(warmup)
@@ -177,19 +181,27 @@ func measureBinary(b *testing.B, k *binaryProcess, kube kubernetes.Interface, ns
 		events += ev1 - ev0
 		writes += float64(w1 - w0)
 	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(threads), "threads")
+	b.ReportMetric(float64(gone), "threads-gone")
+	if r.perSecond == 0 {
+		// Idle: what the process costs with nothing to do, per second.
+		b.ReportMetric(float64(cpu.Microseconds())/wall.Seconds(), "cpu-µs/s")
+		b.ReportMetric(switches/wall.Seconds(), "ctxsw/s")
+		b.ReportMetric(events, "events")
+		b.Logf("RESULT %s: idle for %s, CPU %s, %.0f context switches, %d threads (%d gone)", b.Name(), wall.Round(time.Millisecond), cpu, switches, threads, gone)
+		return
+	}
 	if events == 0 {
 		b.Fatalf("no event was published in %s at %d writes/s (%.0f writes)\n%s", r.window, r.perSecond, writes, k.stderrTail())
 	}
 	if f := c.failed.Load(); f > 0 {
 		b.Logf("%d writes failed; first error: %v", f, c.firstErr.Load())
 	}
-	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(float64(cpu.Microseconds())/events, "cpu-µs/event")
 	b.ReportMetric(switches/events, "ctxsw/event")
 	b.ReportMetric(events/wall.Seconds(), "events/s")
 	b.ReportMetric(writes/wall.Seconds(), "writes/s")
-	b.ReportMetric(float64(threads), "threads")
-	b.ReportMetric(float64(gone), "threads-gone")
 	b.Logf("RESULT %s: %.0f events in %s, CPU %s, %.0f context switches, %d threads (%d gone), %d writes skipped by the pacer",
 		b.Name(), events, wall.Round(time.Millisecond), cpu, switches, threads, gone, c.skipped.Load())
 }
