@@ -238,9 +238,9 @@ var (
 	smallErr  error
 )
 
-// smallConfigMaps creates n small ConfigMaps (two short keys, about 0.4 KB
-// as served with managedFields) in a namespace of their own, once per test
-// process, and returns the namespace.
+// smallConfigMaps creates n small ConfigMaps (a label and two data keys of a
+// few bytes) in a namespace of their own, once per test process, and
+// returns the namespace.
 func smallConfigMaps(b *testing.B, kube kubernetes.Interface, n int) string {
 	smallOnce.Do(func() {
 		ctx := context.Background()
