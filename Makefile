@@ -19,7 +19,7 @@ TOOLS     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kubewire/tools
 CYCLONEDX_GOMOD_VERSION := v1.10.0
 CYCLONEDX_GOMOD := $(TOOLS)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/cyclonedx-gomod
 
-.PHONY: all build test e2e bench bench-quick bench-apiserver lint demo testbin manifests image release clean
+.PHONY: all build test e2e bench bench-quick bench-apiserver bench-binary bench-binary-smoke lint demo testbin manifests image release clean
 
 all: build
 
@@ -50,6 +50,14 @@ bench-quick:
 ## bench-apiserver: snapshot time, heap per object, peak RSS and latency against a real kube-apiserver
 bench-apiserver: testbin
 	$(GO) test -tags bench -run 'APIServer' -v -timeout 60m ./internal/perf | tee bench-apiserver.out
+
+## bench-binary: the shipped binary's CPU and context switches per event, per sink, at 200 and 20 writes/s (needs java and nats-server)
+bench-binary: testbin
+	$(GO) test -tags bench -run '^$$' -bench ShippedBinary -benchtime 1x -count 3 -timeout 60m ./internal/perf | tee bench-binary.out
+
+## bench-binary-smoke: bench-binary's harness for 3 s, stdout only, so it cannot rot
+bench-binary-smoke: testbin
+	KUBEWIRE_BINARY_BENCH_SMOKE=1 $(GO) test -tags bench -run '^$$' -bench ShippedBinary -benchtime 1x -count 1 -timeout 10m ./internal/perf
 
 ## lint: formatting, and vet of every build (plain, e2e and bench tags)
 lint:

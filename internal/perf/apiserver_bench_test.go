@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -69,7 +70,12 @@ func runMain(m *testing.M) int {
 	}
 	defer c.Stop()
 	cluster = c
-	return m.Run()
+	code := m.Run()
+	if binaryPath != "" {
+		// BenchmarkShippedBinary's kubewire, about 50 MB.
+		os.RemoveAll(filepath.Dir(binaryPath))
+	}
+	return code
 }
 
 func envInt(name string, def int) int {
