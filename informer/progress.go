@@ -39,9 +39,6 @@ type progress struct {
 	// the resume point are in no broker yet.
 	held     bool
 	heldMark string
-	// last is the newest position added, done or not: where a relist that
-	// has to declare a gap starts it.
-	last string
 }
 
 // entry is one change of the stream, or a position the stream reached
@@ -122,7 +119,7 @@ func MarkOf(stream, seq uint64) Mark {
 }
 
 func newProgress(from string) *progress {
-	p := &progress{id: streamIDs.Add(1), mark: from, durable: from, last: from, marked: time.Now()}
+	p := &progress{id: streamIDs.Add(1), mark: from, durable: from, marked: time.Now()}
 	streams.Store(p.id, p)
 	return p
 }
@@ -135,9 +132,6 @@ func (p *progress) close() { streams.Delete(p.id) }
 func (p *progress) add(rv string, acks int32) Mark {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if rv != "" {
-		p.last = rv
-	}
 	if acks <= 0 && p.head == len(p.ring) {
 		// Nothing before it is pending: the fast path of a quiet stream.
 		p.advance(rv)
@@ -282,13 +276,6 @@ func (p *progress) spoolPosition() string {
 		}
 	}
 	return p.durable
-}
-
-// lastSeen is the newest position the stream reached, done or not.
-func (p *progress) lastSeen() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.last
 }
 
 // pending is how many entries wait on one before them or on themselves.

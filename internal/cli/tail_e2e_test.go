@@ -3,22 +3,15 @@
 package cli_test
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/cli"
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/internal/testkit"
-	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 
@@ -27,30 +20,7 @@ import (
 func TestE2ETailShowsNewEventsWithinSecondsOfAKafkaBrokerRestart(t *testing.T) {
 	kb := kafkatest.Start(t, nil)
 	path := write(t, fmt.Sprintf(tailConfig, kb.Addr, "nats://127.0.0.1:1"))
-	cfg, err := config.Load(path, app.DefaultRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, _ := cfg.Sink("events")
-	s, err := app.DefaultRegistry().New(*sc, sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := s.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
-	send := func(c *informer.Change) error {
-		ev, err := encoding.New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return s.Write(wctx, []*encoding.Event{ev})
-	}
+	send := sinkOf(t, path, "events")
 	if err := send(sinktest.Change(informer.OpAdded, "team-a", "before", 1)); err != nil {
 		t.Fatal(err)
 	}

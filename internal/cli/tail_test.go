@@ -423,30 +423,7 @@ func TestTailOfAnUnreachableBrokerNamesTheSinkAlikeOnKafkaAndNATSAndPrintsNoHead
 func TestTailShowsNewEventsWithinSecondsOfAJetStreamRestart(t *testing.T) {
 	srv := natstest.Start(t)
 	path := write(t, fmt.Sprintf(tailConfig, "127.0.0.1:1", srv.URL()))
-	cfg, err := config.Load(path, app.DefaultRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, _ := cfg.Sink("js")
-	s, err := app.DefaultRegistry().New(*sc, sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := s.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
-	send := func(c *informer.Change) error {
-		ev, err := encoding.New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return s.Write(wctx, []*encoding.Event{ev})
-	}
+	send := sinkOf(t, path, "js")
 	if err := send(sinktest.Change(informer.OpAdded, "team-a", "before", 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -479,5 +456,35 @@ func TestTailShowsNewEventsWithinSecondsOfAJetStreamRestart(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("tail did not show the event written after the restart within 30s\nstdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	}
+}
+
+// sinkOf connects the sink name of the config at path, as kubewire would,
+// and returns a writer of one change at a time through it.
+func sinkOf(t *testing.T, path, name string) (send func(*informer.Change) error) {
+	t.Helper()
+	cfg, err := config.Load(path, app.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, _ := cfg.Sink(name)
+	s, err := app.DefaultRegistry().New(*sc, sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return func(c *informer.Change) error {
+		ev, err := encoding.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return s.Write(wctx, []*encoding.Event{ev})
 	}
 }

@@ -141,13 +141,8 @@ func TestMakeDemoPrintsChangesForPeopleAndCtrlCEndsItCleanly(t *testing.T) {
 
 	// The header, the snapshot, and an update naming what it changed.
 	changed := regexp.MustCompile(`(?m)^\S+\s+updated\s+\S+/demo/\S+\s+\d+\s+\S+\s+\S+\s+(data\.level|spec\.size): \d+ → \d+`)
-	deadline := time.Now().Add(3 * time.Minute)
-	for !changed.MatchString(out.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no update row with its change after 3 minutes:\n%s", out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Within(t, 3*time.Minute, "an update row with its change", func() bool { return changed.MatchString(out.String()) },
+		func() string { return out.String() })
 	for _, want := range []string{"TIME", "OBJECT", "snapshot.completed", "demo: waiting for"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the demo's screen lacks %q:\n%s", want, out.String())

@@ -686,16 +686,6 @@ func (l lostSet) describe(n int) string {
 	return strings.Join(parts, ", ")
 }
 
-func (l lostSet) afterLast(kills []crashKill) string {
-	var after lostSet
-	for _, v := range l.versions {
-		if v.at.After(kills[len(kills)-1].at) {
-			after.versions = append(after.versions, v)
-		}
-	}
-	return after.describe(10)
-}
-
 // attribute counts lost versions by the first kill after they were
 // written; the last slot counts those written after every kill. A version
 // read back from the spool may be lost at a later kill than this, so the
