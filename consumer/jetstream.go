@@ -26,6 +26,20 @@ type JetStreamConfig struct {
 	// acks stopped, and each message is acked after the View applied it.
 	// Otherwise an ordered consumer reads the stream, acking nothing.
 	Durable string
+	// BeforeAck, if set, makes a durable consumer ack in batches, and is
+	// called before each batch, after the View applied every message the
+	// batch acks: every 500 messages, AckInterval after the oldest unacked
+	// one was applied, and when an attempt ends. A consumer that keeps its
+	// View's state (View.SaveStateFile) saves it here, so that the
+	// durable's acks never run ahead of the saved state: restarted from
+	// that state, it misses nothing and skips what the state holds. If it
+	// fails, nothing is acked and the attempt ends (Run reads on after a
+	// backoff; the server redelivers the unacked messages after the
+	// consumer's AckWait).
+	BeforeAck func(context.Context) error
+	// AckInterval bounds how long an applied message waits for its ack
+	// with BeforeAck. Default DefaultCommitInterval.
+	AckInterval time.Duration
 	// Start, for an ordered consumer, starts at a stored position as
 	// View.Position returns it (keyed by the stream's name); nil reads the
 	// stream from its first message.
@@ -87,6 +101,12 @@ func NewJetStreamSource(v *View, cfg JetStreamConfig) (*JetStreamSource, error) 
 	}
 	if cfg.FromEnd && (cfg.Durable != "" || cfg.Start != nil) {
 		return nil, errors.New("consumer: a JetStream source starts from the end, where a durable acked, or from a position, only one")
+	}
+	if cfg.BeforeAck != nil && cfg.Durable == "" {
+		return nil, errors.New("consumer: BeforeAck is for a durable consumer; an ordered one acks nothing")
+	}
+	if cfg.AckInterval <= 0 {
+		cfg.AckInterval = DefaultCommitInterval
 	}
 	return &JetStreamSource{v: v, cfg: cfg, synced: v.addSource()}, nil
 }
@@ -161,8 +181,22 @@ func (s *JetStreamSource) attempt(ctx context.Context) error {
 	if start > 0 {
 		last = uint64(start) - 1
 	}
+	acks := &durableAcks{s: s}
+	defer func() {
+		// An attempt that ends acks what the View applied, as a Kafka
+		// group member commits when it leaves.
+		if err := acks.flush(context.WithoutCancel(ctx)); err != nil && ctx.Err() == nil {
+			s.report(err, 0)
+		}
+	}()
 	for {
-		m, err := it.Next()
+		m, err := acks.next(ctx, it)
+		if errors.Is(err, errAckDue) {
+			if err := acks.flush(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -174,6 +208,15 @@ func (s *JetStreamSource) attempt(ctx context.Context) error {
 			return fmt.Errorf("consumer: metadata of a message of %s: %w", s.cfg.Stream, err)
 		}
 		seq := meta.Sequence.Stream
+		if next, ok := s.v.positionOf(s.cfg.Stream); s.cfg.Durable != "" && ok && int64(seq) < next {
+			// Applied already, by this process before an ack was lost
+			// or held back, or by the one whose saved state the View
+			// was loaded from: its handlers must not see it again.
+			if err := acks.add(ctx, m); err != nil {
+				return err
+			}
+			continue
+		}
 		if meta.NumDelivered == 1 && last > 0 && seq > last+1 {
 			s.v.Gap(s.cfg.Stream, int64(seq))
 		}
@@ -188,8 +231,8 @@ func (s *JetStreamSource) attempt(ctx context.Context) error {
 			s.v.Apply(pos, ev)
 		}
 		if s.cfg.Durable != "" {
-			if err := m.Ack(); err != nil {
-				return fmt.Errorf("consumer: ack %s seq %d: %w", s.cfg.Stream, seq, err)
+			if err := acks.add(ctx, m); err != nil {
+				return err
 			}
 		}
 		if meta.NumPending == 0 {
@@ -198,15 +241,114 @@ func (s *JetStreamSource) attempt(ctx context.Context) error {
 	}
 }
 
+// report passes a failure to OnError, or logs it.
+func (s *JetStreamSource) report(err error, retryIn time.Duration) {
+	newRetrier("stream "+s.cfg.Stream, s.cfg.OnError, s.cfg.MaxBackoff).report(err, retryIn)
+}
+
+// durable returns the durable consumer, created if missing, so that it
+// delivers in stream order from its ack floor. Messages it delivered to an
+// earlier client (a process killed, an attempt that failed) and that were
+// never acked come again only after the consumer's AckWait, behind newer
+// ones: the View would apply a delete before the add it follows, and take
+// the late ones for applied. Such a consumer is created again from its ack
+// floor. The source owns the durable: two processes must not share one.
+func (s *JetStreamSource) durable(ctx context.Context) (jetstream.Consumer, error) {
+	js, stream, name := s.cfg.JetStream, s.cfg.Stream, s.cfg.Durable
+	cfg := jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy}
+	c, err := js.Consumer(ctx, stream, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		c, err = js.CreateConsumer(ctx, stream, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("consumer: durable %s on %s: %w", name, stream, err)
+	}
+	info := c.CachedInfo()
+	if info.Delivered.Stream <= info.AckFloor.Stream {
+		return c, nil
+	}
+	if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("consumer: durable %s on %s: deleting it to redeliver its unacked messages in order: %w", name, stream, err)
+	}
+	if floor := info.AckFloor.Stream; floor > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
+	}
+	if c, err = js.CreateConsumer(ctx, stream, cfg); err != nil {
+		return nil, fmt.Errorf("consumer: durable %s on %s: creating it again from its ack floor: %w", name, stream, err)
+	}
+	return c, nil
+}
+
+// errAckDue says the oldest applied message is due for its ack.
+var errAckDue = errors.New("ack due")
+
+// durableAcks acks what the View applied: each message at once, or with
+// BeforeAck, in batches after BeforeAck returned.
+type durableAcks struct {
+	s       *JetStreamSource
+	pending []jetstream.Msg
+	since   time.Time // when the oldest pending message was applied
+}
+
+// next waits for the next message, or until the pending batch is due.
+func (a *durableAcks) next(ctx context.Context, it jetstream.MessagesContext) (jetstream.Msg, error) {
+	if len(a.pending) == 0 {
+		return it.Next()
+	}
+	dctx, cancel := context.WithDeadline(ctx, a.since.Add(a.s.cfg.AckInterval))
+	defer cancel()
+	m, err := it.Next(jetstream.NextContext(dctx))
+	if err != nil && ctx.Err() == nil && dctx.Err() != nil {
+		return nil, errAckDue
+	}
+	return m, err
+}
+
+func (a *durableAcks) add(ctx context.Context, m jetstream.Msg) error {
+	if a.s.cfg.BeforeAck == nil {
+		if err := m.Ack(); err != nil {
+			return a.ackFailed(m, err)
+		}
+		return nil
+	}
+	if len(a.pending) == 0 {
+		a.since = time.Now()
+	}
+	a.pending = append(a.pending, m)
+	if len(a.pending) >= commitBatch || time.Since(a.since) >= a.s.cfg.AckInterval {
+		return a.flush(ctx)
+	}
+	return nil
+}
+
+func (a *durableAcks) flush(ctx context.Context) error {
+	if len(a.pending) == 0 {
+		return nil
+	}
+	if err := a.s.cfg.BeforeAck(ctx); err != nil {
+		return fmt.Errorf("consumer: before acking %d messages of %s: %w", len(a.pending), a.s.cfg.Stream, err)
+	}
+	for i, m := range a.pending {
+		if err := m.Ack(); err != nil {
+			a.pending = a.pending[i:]
+			return a.ackFailed(m, err)
+		}
+	}
+	a.pending = a.pending[:0]
+	return nil
+}
+
+func (a *durableAcks) ackFailed(m jetstream.Msg, err error) error {
+	seq := uint64(0)
+	if meta, merr := m.Metadata(); merr == nil {
+		seq = meta.Sequence.Stream
+	}
+	return fmt.Errorf("consumer: ack %s seq %d: %w", a.s.cfg.Stream, seq, err)
+}
+
 func (s *JetStreamSource) consumer(ctx context.Context, start int64, fromEnd bool) (jetstream.Consumer, error) {
 	if s.cfg.Durable != "" {
-		c, err := s.cfg.JetStream.CreateOrUpdateConsumer(ctx, s.cfg.Stream, jetstream.ConsumerConfig{
-			Durable: s.cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("consumer: durable %s on %s: %w", s.cfg.Durable, s.cfg.Stream, err)
-		}
-		return c, nil
+		return s.durable(ctx)
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if fromEnd {

@@ -29,6 +29,20 @@ type KafkaConfig struct {
 	// waits for its commit, and so what a killed member's partitions
 	// read again. Default DefaultCommitInterval.
 	CommitInterval time.Duration
+	// BeforeCommit, if set, is called before each commit of the group,
+	// after the View applied every record the commit covers. A group
+	// member that keeps its View's state (View.SaveStateFile) saves it
+	// here, so that the group's offsets never run ahead of the saved
+	// state: a member that restarts from that state misses nothing. If it
+	// fails, nothing is committed and the failure is handled as a failed
+	// commit.
+	BeforeCommit func(context.Context) error
+	// SessionTimeout is how long the group waits for a member that stopped
+	// heartbeating (killed, partitioned away) before its partitions go to
+	// the others, and so how long they pause; heartbeats go every third of
+	// it, at most every 3s. Default 30s; brokers refuse one below their
+	// group.min.session.timeout.ms (6s by default).
+	SessionTimeout time.Duration
 	// Start, if set and GroupID is not, starts each partition at a stored
 	// position, as View.Position returns it (keyed by KafkaPartition).
 	// Partitions it does not name, and every partition when Start is nil,
@@ -82,9 +96,6 @@ type KafkaSource struct {
 	// begun is set once an attempt recorded its start in the View: the
 	// next attempts start from the View's position.
 	begun bool
-	// applied is, per partition, the offset after the newest record this
-	// group member handed to the View, over all its attempts.
-	applied map[int]int64
 }
 
 // NewKafkaSource binds a source to v; v is not synced until Run caught up
@@ -108,7 +119,7 @@ func NewKafkaSource(v *View, cfg KafkaConfig) (*KafkaSource, error) {
 	if cfg.CommitInterval <= 0 {
 		cfg.CommitInterval = DefaultCommitInterval
 	}
-	return &KafkaSource{v: v, cfg: cfg, synced: v.addSource(), applied: map[int]int64{}}, nil
+	return &KafkaSource{v: v, cfg: cfg, synced: v.addSource()}, nil
 }
 
 // bounds is a partition's first and end offset when reading began.
@@ -302,6 +313,7 @@ func (s *KafkaSource) runGroup(ctx context.Context, track *catchUp) error {
 	r := kafkago.NewReader(kafkago.ReaderConfig{
 		Brokers: s.cfg.Brokers, GroupID: s.cfg.GroupID, Topic: s.cfg.Topic, Dialer: s.cfg.Dialer,
 		IsolationLevel: kafkago.ReadCommitted, StartOffset: kafkago.FirstOffset, MaxWait: s.cfg.MaxWait,
+		SessionTimeout: s.cfg.SessionTimeout, HeartbeatInterval: min(s.cfg.SessionTimeout/3, 3*time.Second),
 		OffsetOutOfRangeError: true,
 		// CommitInterval 0: CommitMessages is synchronous, so that a
 		// failed commit comes back here and is reported. The batching
@@ -339,16 +351,18 @@ func (s *KafkaSource) runGroup(ctx context.Context, track *catchUp) error {
 			return s.stopped(ctx, err)
 		}
 		track.read(m.Partition, m.Offset)
-		if next, ok := s.applied[m.Partition]; ok && m.Offset < next {
+		if next, ok := s.v.positionOf(KafkaPartition(s.cfg.Topic, m.Partition)); ok && m.Offset < next {
 			// Applied already: each generation of the group starts the
 			// partitions it assigns at their committed offsets, which
 			// trail what this member applied by the uncommitted tail,
-			// also for a partition it keeps (or gets back). Handlers
-			// must not see a record twice from one member.
+			// also for a partition it keeps (or gets back), and a View
+			// loaded from a saved state holds what the group committed
+			// and more. Handlers must not see a record twice from one
+			// member.
+			c.add(m)
 			continue
 		}
 		s.handle(m)
-		s.applied[m.Partition] = m.Offset + 1
 		c.add(m)
 		if c.n >= commitBatch || time.Since(c.since) >= s.cfg.CommitInterval {
 			if err := s.commitOrGiveUp(ctx, r, c); err != nil {
@@ -371,6 +385,11 @@ func (s *KafkaSource) commit(ctx context.Context, r *kafkago.Reader, c *groupCom
 	}
 	cctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
+	if s.cfg.BeforeCommit != nil {
+		if err := s.cfg.BeforeCommit(cctx); err != nil {
+			return fmt.Errorf("before the commit: %w", err)
+		}
+	}
 	if err := r.CommitMessages(cctx, msgs...); err != nil {
 		return err
 	}
