@@ -13,6 +13,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/sinks"
+	kwhttp "github.com/kubewire/kubewire/sinks/http"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
@@ -30,8 +32,10 @@ const dryRunWait = 3 * time.Second
 // checkBrokers connects to each kafka and nats sink's brokers with the
 // sink's TLS settings and credentials, as kubewire would, and checks that
 // what the sink writes to exists or will be created: every Kafka topic of
-// the resources routed to the sink, a JetStream sink's stream. Each line
-// starts with the field path it concerns. Other sink types are not checked,
+// the resources routed to the sink, a JetStream sink's stream. An http
+// sink's receiver must answer the OPTIONS request the sink sends when it
+// connects, over the sink's TLS and with its auth header. Each line
+// starts with the field path it concerns. stdout sinks are not checked,
 // nor a sink with a field among badFiles (a file it needs is missing, and
 // that was said); n is how many sinks were checked.
 func checkBrokers(ctx context.Context, cfg *config.Config, badFiles []string) (res onlineResult, n int) {
@@ -51,6 +55,9 @@ func checkBrokers(ctx context.Context, cfg *config.Config, badFiles []string) (r
 			r := checkNATS(ctx, fmt.Sprintf("sinks[%d].nats", i), blk)
 			res.failures = append(res.failures, r.failures...)
 			res.warnings = append(res.warnings, r.warnings...)
+		case *kwhttp.Config:
+			n++
+			res.failures = append(res.failures, checkHTTP(ctx, sc.Name, fmt.Sprintf("sinks[%d].http", i), blk)...)
 		}
 	}
 	return res, n
@@ -244,4 +251,21 @@ func checkNATS(ctx context.Context, path string, blk *kwnats.Config) onlineResul
 		res.failures = append(res.failures, fmt.Sprintf("%s.subject: no stream captures %s, and jetstream.stream is not set for kubewire to create one: %v", path, subject, err))
 	}
 	return res
+}
+
+// checkHTTP connects as the sink does at start: the same client, TLS and
+// headers, and the same OPTIONS probe, so that validate and kubewire agree
+// on what reaching the receiver means. Any HTTP answer will do: a receiver
+// need not know OPTIONS, and only an event tells whether it takes the
+// credentials.
+func checkHTTP(ctx context.Context, name, path string, blk *kwhttp.Config) []string {
+	s, err := kwhttp.New(name, blk, sinks.Deps{})
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", path, err)}
+	}
+	defer s.Close(context.WithoutCancel(ctx))
+	if err := s.Connect(ctx); err != nil {
+		return []string{fmt.Sprintf("%s.url: cannot reach the receiver: %v", path, err)}
+	}
+	return nil
 }

@@ -3,6 +3,8 @@ package cli_test
 import (
 	"context"
 	"fmt"
+	nethttp "net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -54,6 +56,15 @@ func TestValidateWithAKubeconfigChecksEachSinksBrokersTopicsAndStreams(t *testin
 	}
 	nats := natstest.Embedded(t).ClientURL()
 	down := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
+	// A receiver that knows only POST: any answer to the probe will do.
+	receiver := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		w.WriteHeader(nethttp.StatusMethodNotAllowed)
+	}))
+	t.Cleanup(receiver.Close)
+	// A receiver whose certificate the sink's TLS settings do not trust.
+	untrusted := httptest.NewTLSServer(nethttp.NotFoundHandler())
+	t.Cleanup(untrusted.Close)
+	httpSink := func(url string) string { return fmt.Sprintf("    type: http\n    http:\n      url: %q\n", url) }
 
 	kafkaSink := func(topic, extra string) string {
 		return fmt.Sprintf("    type: kafka\n    kafka:\n      brokers: [%q]\n      topic: %s\n%s", kafkaAddr, topic, extra)
@@ -88,6 +99,14 @@ func TestValidateWithAKubeconfigChecksEachSinksBrokersTopicsAndStreams(t *testin
 		{"a NATS server that cannot be reached fails at the servers' path",
 			fmt.Sprintf("    type: nats\n    nats:\n      mode: core\n      servers: [\"nats://%s\"]\n", down), nil, cli.ExitConfig,
 			[]string{"sinks[0].nats.servers: nats: connect"}, nil},
+		{"an http receiver that answers the probe passes, whatever its status",
+			httpSink(receiver.URL + "/events"), nil, cli.ExitOK, nil, nil},
+		{"an http receiver that cannot be reached fails at the url's path",
+			httpSink("http://" + down + "/events"), nil, cli.ExitConfig,
+			[]string{"sinks[0].http.url: cannot reach the receiver: http: connect to http://" + down + "/events"}, nil},
+		{"an https receiver whose certificate is not trusted fails at the url's path",
+			httpSink(untrusted.URL), nil, cli.ExitConfig,
+			[]string{"sinks[0].http.url: cannot reach the receiver: http: connect to " + untrusted.URL + ": tls: failed to verify certificate"}, nil},
 		{"--check-brokers=false leaves the brokers out",
 			fmt.Sprintf("    type: kafka\n    kafka:\n      brokers: [%q]\n", down), []string{"--check-brokers=false"}, cli.ExitOK, nil, nil},
 	} {

@@ -51,7 +51,9 @@ checks against that cluster (never the in-cluster service account) that:
     is set for kubewire to create it. An existing Kafka topic weaker than
     docs/sinks/kafka.md asks (replication factor below 3,
     min.insync.replicas below 2, unclean leader election on) is a warning.
-    --check-brokers=false leaves the brokers out.
+    Each http sink's receiver answers the sink's connect probe (an OPTIONS
+    request with its TLS settings and headers; any HTTP status will do).
+    --check-brokers=false leaves the brokers and receivers out.
 
 Warnings (risky settings, optional resources the cluster does not serve)
 are printed and exit 0 unless --strict is given.`,
@@ -125,7 +127,7 @@ are printed and exit 0 unless --strict is given.`,
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "check against the cluster of this kubeconfig too (default: offline only)")
 	cmd.Flags().StringVar(&kubecontext, "context", "", "kubeconfig context to use instead of the current one")
 	cmd.Flags().BoolVar(&strict, "strict", false, "exit 2 on warnings too")
-	cmd.Flags().BoolVar(&brokers, "check-brokers", true, "with --kubeconfig, also connect to the kafka and nats sinks' brokers and check their topics and streams")
+	cmd.Flags().BoolVar(&brokers, "check-brokers", true, "with --kubeconfig, also connect to the kafka and nats sinks' brokers and check their topics and streams, and to the http sinks' receivers")
 	return cmd
 }
 
