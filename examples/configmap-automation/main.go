@@ -4,7 +4,7 @@
 // data keys changed). Any number of such processes add no watch to the API
 // server.
 //
-//	go run ./examples/configmap-automation --nats nats://localhost:4222 --stream KUBEWIRE
+//	go run ./examples/configmap-automation --nats nats://localhost:4222 --stream KUBEWIRE --state cm.state
 package main
 
 import (
@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,11 +31,12 @@ import (
 func main() {
 	url := flag.String("nats", nats.DefaultURL, "NATS server URL")
 	stream := flag.String("stream", "KUBEWIRE", "the JetStream stream kubewire's NATS sink writes to")
+	state := flag.String("state", "configmap-automation.state", "the file the View's state is kept in, to restart where it stopped (empty: read the stream from its first message each time)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stdout, nil))
-	if err := run(ctx, *url, *stream, log, nil); err != nil && !errors.Is(err, context.Canceled) {
+	if err := run(ctx, *url, *stream, *state, log, nil); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped", "err", err)
 		os.Exit(1)
 	}
@@ -43,7 +45,7 @@ func main() {
 // run feeds an informer of ConfigMaps from the stream and logs their
 // changes until ctx ends. synced, if set, is called once the informer holds
 // what the stream held when run started.
-func run(ctx context.Context, url, stream string, log *slog.Logger, synced func()) error {
+func run(ctx context.Context, url, stream, state string, log *slog.Logger, synced func()) error {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return err
@@ -54,11 +56,18 @@ func run(ctx context.Context, url, stream string, log *slog.Logger, synced func(
 		return err
 	}
 
-	// The View holds the ConfigMaps; an ordered consumer reads the stream
-	// from its first message, so that the informer starts with every
-	// object, as a List on the API server would.
+	// The View holds the ConfigMaps, so that the informer starts with every
+	// object, as a List on the API server would. It starts from the state
+	// the last run saved, and an ordered consumer reads on from the state's
+	// position: the stream need not keep what the state already holds.
+	// Without a state, it reads the stream from its first message.
 	v := consumer.NewView(consumer.Options{Resource: "configmaps"})
-	src, err := consumer.NewJetStreamSource(v, consumer.JetStreamConfig{JetStream: js, Stream: stream})
+	if state != "" {
+		if err := v.LoadStateFile(state); err != nil {
+			return err
+		}
+	}
+	src, err := consumer.NewJetStreamSource(v, consumer.JetStreamConfig{JetStream: js, Stream: stream, Start: v.Position()})
 	if err != nil {
 		return err
 	}
@@ -66,6 +75,20 @@ func run(ctx context.Context, url, stream string, log *slog.Logger, synced func(
 	defer cancel()
 	srcErr := make(chan error, 1)
 	go func() { srcErr <- src.Run(ctx); cancel() }()
+	if state != "" {
+		// An ordered consumer acks nothing, so the state can be saved at
+		// any time: every few seconds, and when run returns. A crash
+		// reads again what came after the last save; the View drops what
+		// it already holds.
+		saved := make(chan error, 1)
+		go func() { saved <- keepSaving(ctx, v, state, 5*time.Second) }()
+		defer func() {
+			cancel()
+			if err := <-saved; err != nil {
+				log.Error("saving the state failed", "file", state, "err", err)
+			}
+		}()
+	}
 
 	inf := consumer.NewSharedIndexInformer(v, "configmaps", 0, nil)
 	// Handlers must not block: they log and return. A real controller
@@ -104,6 +127,23 @@ func run(ctx context.Context, url, stream string, log *slog.Logger, synced func(
 	}
 	<-ctx.Done()
 	return <-srcErr
+}
+
+// keepSaving saves the View's state every interval until ctx ends, and once
+// more then.
+func keepSaving(ctx context.Context, v *consumer.View, path string, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := v.SaveStateFile(path); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return v.SaveStateFile(path)
+		}
+	}
 }
 
 func key(cm *unstructured.Unstructured) string {
