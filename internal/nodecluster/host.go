@@ -88,6 +88,19 @@ func saveHost(dir string) (*hostState, error) {
 	return h, nil
 }
 
+// apply writes hostSettings; restore writes the saved values back.
+func (h *hostState) apply() error {
+	for s, v := range hostSettings {
+		if _, saved := h.sysctls[s]; !saved {
+			return fmt.Errorf("kernel setting %s is missing (for the bridge: modprobe br_netfilter)", s)
+		}
+		if err := os.WriteFile(filepath.Join("/proc/sys", s), []byte(v+"\n"), 0o644); err != nil {
+			return fmt.Errorf("setting %s: %w", s, err)
+		}
+	}
+	return nil
+}
+
 // createBridge adds Bridge with GatewayIP before any pod exists, so that
 // the apiserver and brokers can bind to GatewayIP; the CNI bridge plugin
 // adopts it.

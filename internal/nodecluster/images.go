@@ -163,3 +163,12 @@ func imageDigest(ctx context.Context, address, ref string) (string, error) {
 	}
 	return "", fmt.Errorf("image %s not in containerd:\n%s", ref, out)
 }
+
+// tagImage gives the image ref a second name in containerd.
+func tagImage(ctx context.Context, address, ref, name string) error {
+	out, err := exec.CommandContext(ctx, "ctr", "--address", address, "--namespace", "k8s.io", "images", "tag", ref, name).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images tag %s %s: %w: %s", ref, name, err, bytes.TrimSpace(out))
+	}
+	return nil
+}

@@ -105,7 +105,14 @@ func Start(t testing.TB) *Cluster {
 	if err := c.host.createBridge(); err != nil {
 		t.Fatal(err)
 	}
-	if c.API, err = testcluster.Start(ctx, testcluster.Options{Progress: progress, Address: net.ParseIP(GatewayIP), ServiceAccounts: true}); err != nil {
+	if err := c.host.apply(); err != nil {
+		t.Fatal(err)
+	}
+	if c.API, err = testcluster.Start(ctx, testcluster.Options{
+		Progress: progress, Address: net.ParseIP(GatewayIP), ServiceAccounts: true,
+		// The node's name resolves nowhere; its InternalIP is GatewayIP.
+		APIServerArgs: []string{"--kubelet-preferred-address-types=InternalIP"},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	c.Config = c.API.RESTConfig(testcluster.AdminUser)
@@ -182,8 +189,14 @@ func (c *Cluster) loadImages(ctx context.Context) error {
 	if err := importImages(ctx, c.address, tarballs); err != nil {
 		return err
 	}
-	c.CurlImageDigest, err = imageDigest(ctx, c.address, CurlImage)
-	return err
+	if c.CurlImageDigest, err = imageDigest(ctx, c.address, CurlImage); err != nil {
+		return err
+	}
+	// The chart names the test image by digest. The CRI finds a local
+	// image only by a name it carries, and an import names it by its tag
+	// alone: give it its repository@digest name too, as a pull would.
+	repo, _, _ := strings.Cut(CurlImage, ":")
+	return tagImage(ctx, c.address, CurlImage, repo+"@"+c.CurlImageDigest)
 }
 
 func (c *Cluster) startComponents(bins map[string]string) error {

@@ -41,6 +41,11 @@ const (
 // hostSysctls are the kernel settings the node's components change, saved
 // before the cluster starts and written back after it stops:
 //   - ip_forward: the CNI bridge plugin turns it on (isGateway);
+//   - bridge-nf-call-iptables: set to 1 at start (hostSettings), so that
+//     a pod's reply to another pod that reached it through a ClusterIP
+//     passes kube-proxy's NAT on the bridge and gets the ClusterIP back as
+//     its source; without it `helm test` (a pod asking the metrics Service)
+//     cannot connect;
 //   - route_localnet: kube-proxy's localhost NodePorts would turn it on
 //     (they are off below, so this is a safety net);
 //   - the vm and kernel settings: the kubelet's setupKernelTunables sets
@@ -48,6 +53,7 @@ const (
 //     refuse to start on a host whose values differ.
 var hostSysctls = []string{
 	"net/ipv4/ip_forward",
+	"net/bridge/bridge-nf-call-iptables",
 	"net/ipv4/conf/all/route_localnet",
 	"vm/overcommit_memory",
 	"vm/panic_on_oom",
@@ -56,6 +62,10 @@ var hostSysctls = []string{
 	"kernel/keys/root_maxkeys",
 	"kernel/keys/root_maxbytes",
 }
+
+// hostSettings are the kernel settings written at start, each one of
+// hostSysctls.
+var hostSettings = map[string]string{"net/bridge/bridge-nf-call-iptables": "1"}
 
 // containerdConfig is containerd's config.toml. Every path containerd
 // writes (its root, state, sockets, plugins' data and the pods' network
