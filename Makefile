@@ -19,7 +19,7 @@ TOOLS     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kubewire/tools
 CYCLONEDX_GOMOD_VERSION := v1.10.0
 CYCLONEDX_GOMOD := $(TOOLS)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/cyclonedx-gomod
 
-.PHONY: all build test e2e e2e-cluster bench bench-quick bench-apiserver bench-binary bench-binary-smoke lint demo testbin manifests image release clean
+.PHONY: all build test e2e e2e-cluster testbin-node bench bench-quick bench-apiserver bench-binary bench-binary-smoke lint demo testbin manifests image release clean
 
 all: build
 
@@ -35,12 +35,16 @@ testbin:
 test: testbin lint
 	$(GO) test $(TESTFLAGS) -timeout 30m ./...
 
+## testbin-node: testbin, and the kubelet, kube-controller-manager, kube-scheduler and kube-proxy that make e2e-cluster runs
+testbin-node:
+	$(GO) run ./internal/testcluster/cmd/testbin -node
+
 ## e2e: tests against real external brokers (Apache Kafka); tagged e2e
 e2e: testbin
 	$(GO) test $(TESTFLAGS) -tags e2e -run 'E2E' -timeout 40m ./...
 
 ## e2e-cluster: kubewire as Pods on a real single-node cluster, installed from the packaged chart; tagged cluster. Needs root, containerd, runc and the CNI plugins (docs/quickstart.md)
-e2e-cluster: testbin
+e2e-cluster: testbin-node
 	$(GO) test $(TESTFLAGS) -tags cluster -run 'Cluster' -timeout 30m ./internal/nodecluster/...
 
 ## bench: benchmarks (never part of make test)

@@ -34,10 +34,6 @@ import (
 	"github.com/kubewire/kubewire/internal/testkit"
 )
 
-// Components are the commands built into the testbin cache next to
-// kube-apiserver.
-var Components = []string{"kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy"}
-
 // Cluster is a running single-node cluster.
 type Cluster struct {
 	// API is the apiserver and etcd.
@@ -87,7 +83,7 @@ func Start(t testing.TB) *Cluster {
 	defer cancel()
 	progress := logWriter{t}
 
-	bins, err := testcluster.EnsureKubernetesBinaries(ctx, progress, "a few minutes each on 2 cores", Components...)
+	bins, err := testcluster.EnsureKubernetesBinaries(ctx, progress, "a minute or more each on 2 cores", testcluster.NodeComponents...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,6 +148,10 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (Binaries, error) {
 	return bins, nil
 }
 
+// NodeComponents are the commands of k8s.io/kubernetes that a node runs
+// next to the apiserver (internal/nodecluster).
+var NodeComponents = []string{"kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy"}
+
 // EnsureKubernetesBinaries returns the paths of the named commands of
 // k8s.io/kubernetes (kubelet, kube-proxy...) at KubernetesVersion, building
 // them into the cache on first use exactly as EnsureBinaries builds
