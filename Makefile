@@ -44,8 +44,11 @@ e2e: testbin
 	$(GO) test $(TESTFLAGS) -tags e2e -run 'E2E' -timeout 40m ./...
 
 ## e2e-cluster: kubewire as Pods on a real single-node cluster, installed from the packaged chart; tagged cluster. Needs root, containerd, runc and the CNI plugins (docs/quickstart.md)
+# Without -race: the code under test runs in the pods, built as the image
+# is (no race detector), and a race build of Helm's dependencies for the
+# harness costs minutes.
 e2e-cluster: testbin-node
-	$(GO) test $(TESTFLAGS) -tags cluster -run 'Cluster' -timeout 30m ./internal/nodecluster/...
+	$(GO) test $(filter-out -race,$(TESTFLAGS)) -tags cluster -run 'Cluster' -timeout 30m ./internal/nodecluster/...
 
 ## bench: benchmarks (never part of make test)
 bench:

@@ -3,6 +3,7 @@ package nodecluster
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -17,30 +18,42 @@ import (
 )
 
 // ChartPackage packages charts/kubewire with the command `make release`
-// runs for it (internal/packaging/cmd/chartpkg) into a temporary directory
+// runs for it (internal/packaging/cmd/chartpkg), once per test process,
 // and loads the archive, so tests install what a user downloads.
 func ChartPackage(t testing.TB) *chart.Chart {
 	t.Helper()
+	shared.chart.once.Do(func() { chartPath, shared.chart.err = packageChart() })
+	if shared.chart.err != nil {
+		t.Fatal(shared.chart.err)
+	}
+	ch, err := loader.Load(chartPath)
+	if err != nil {
+		t.Fatalf("loading %s: %v", chartPath, err)
+	}
+	return ch
+}
+
+var chartPath string
+
+func packageChart() (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	cmd := exec.CommandContext(context.Background(), "go", "run", "-trimpath", "./internal/packaging/cmd/chartpkg", "-o", t.TempDir())
+	dir, err := sharedDir()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(context.Background(), "go", "run", "-trimpath", "./internal/packaging/cmd/chartpkg", "-o", dir)
 	cmd.Dir = root
 	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("packaging the chart: %v\n%s", err, stderr.Bytes())
+		return "", fmt.Errorf("packaging the chart: %w\n%s", err, stderr.Bytes())
 	}
-	path := strings.TrimSpace(string(out))
-	ch, err := loader.Load(path)
-	if err != nil {
-		t.Fatalf("loading %s: %v", path, err)
-	}
-	t.Logf("chart package %s (version %s)", path, ch.Metadata.Version)
-	return ch
+	return strings.TrimSpace(string(out)), nil
 }
 
 // Helm returns Helm's action configuration for releases in namespace, as

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -51,6 +52,61 @@ func images() []image {
 		}, entrypoint: []string{"/kubewire"}, user: nonroot},
 		{ref: CurlImage, files: map[string]string{"/usr/bin/curl": "./internal/nodecluster/cmd/curl"}, entrypoint: []string{"/usr/bin/curl"}, user: nonroot},
 	}
+}
+
+// shared holds what is built once per test process and used by every
+// cluster it starts: the image tarballs and the chart package. Main
+// removes it.
+var shared struct {
+	once     sync.Once
+	dir      string
+	err      error
+	images   onceResult
+	chart    onceResult
+	tarballs []string
+}
+
+type onceResult struct {
+	once sync.Once
+	err  error
+}
+
+func sharedDir() (string, error) {
+	shared.once.Do(func() { shared.dir, shared.err = os.MkdirTemp("", "kwnode-shared-") })
+	return shared.dir, shared.err
+}
+
+// Main runs a test binary's tests and then removes what they built once
+// for all their clusters; call it from TestMain.
+func Main(m interface{ Run() int }) int {
+	code := m.Run()
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+	return code
+}
+
+// builtImages builds the images once per process.
+func builtImages(ctx context.Context) ([]string, error) {
+	shared.images.once.Do(func() {
+		dir, err := sharedDir()
+		if err != nil {
+			shared.images.err = err
+			return
+		}
+		root, err := moduleRoot()
+		if err != nil {
+			shared.images.err = err
+			return
+		}
+		dir = filepath.Join(dir, "images")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			shared.images.err = err
+			return
+		}
+		shared.tarballs, shared.images.err = buildImages(ctx, root, dir)
+	})
+	return shared.tarballs, shared.images.err
 }
 
 // buildImages compiles the images' binaries from the module at root, the

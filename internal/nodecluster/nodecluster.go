@@ -174,11 +174,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 }
 
 func (c *Cluster) loadImages(ctx context.Context) error {
-	root, err := moduleRoot()
-	if err != nil {
-		return err
-	}
-	tarballs, err := buildImages(ctx, root, c.path("images"))
+	tarballs, err := builtImages(ctx)
 	if err != nil {
 		return err
 	}
