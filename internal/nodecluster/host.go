@@ -150,8 +150,9 @@ func (h *hostState) restore() error {
 	return errors.Join(errs...)
 }
 
-// Changes reports what differs on the host from what was saved, for a test
-// that the teardown left nothing behind; empty when nothing does.
+// changes reports what differs on the host from what was saved, so that a
+// teardown that left something behind fails the test; empty when nothing
+// does.
 func (h *hostState) changes() []string {
 	var diffs []string
 	for s, v := range h.sysctls {

@@ -32,9 +32,9 @@ const (
 	// cniDir is where Debian's containernetworking-plugins installs the
 	// plugins.
 	cniDir = "/usr/lib/cni"
-	// PauseImage and KubewireImage are the images the cluster imports into
-	// containerd; they exist nowhere else, so pods use them with
-	// imagePullPolicy Never (or IfNotPresent, which finds them).
+	// PauseImage is the pod sandbox image (cmd/pause), imported like the
+	// others in images.go; it exists nowhere else, so pods that use it say
+	// imagePullPolicy Never.
 	PauseImage = "kubewire.test/pause:e2e"
 )
 
