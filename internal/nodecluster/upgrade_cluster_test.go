@@ -4,7 +4,9 @@ package nodecluster_test
 
 import (
 	"context"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,9 +22,9 @@ import (
 // hostPathVolume creates a PersistentVolume without a StorageClass on a
 // directory of the node, owned by kubewire's user: the kubelet applies no
 // fsGroup to a hostPath volume.
-func hostPathVolume(t *testing.T, c *nodecluster.Cluster, name string) {
+func hostPathVolume(t *testing.T, c *nodecluster.Cluster, name string) (dir string) {
 	t.Helper()
-	dir := t.TempDir()
+	dir = t.TempDir()
 	if err := os.Chown(dir, 65532, 65532); err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +41,21 @@ func hostPathVolume(t *testing.T, c *nodecluster.Cluster, name string) {
 	if _, err := c.Client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// spooled is the number of bytes in the files under dir.
+func spooled(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if fi, err := e.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 func TestClusterHelmUpgradeDuringABrokerOutageLosesNoVersionOutsideADeclaredGap(t *testing.T) {
@@ -56,8 +73,12 @@ func TestClusterHelmUpgradeDuringABrokerOutageLosesNoVersionOutsideADeclaredGap(
 			const ns, name = "kubewire", "kubewire"
 			kafkaSecret(t, c, ns, b)
 			values := merge(exampleWithHostBrokers(t, b), c.ImageValues())
+			// A small in-memory buffer, so that what the outage holds back
+			// goes to the spool.
+			values["config"].(map[string]any)["dispatch"] = map[string]any{"bufferEvents": 16}
+			var spoolDir string
 			if tc.claim {
-				hostPathVolume(t, c, "kubewire-spool")
+				spoolDir = hostPathVolume(t, c, "kubewire-spool")
 				values["spool"] = map[string]any{"persistence": map[string]any{"enabled": true, "storageClass": "-"}}
 			}
 			cfg := c.Helm(t, ns)
@@ -82,12 +103,17 @@ func TestClusterHelmUpgradeDuringABrokerOutageLosesNoVersionOutsideADeclaredGap(
 			// the broker is down.
 			up := action.NewUpgrade(cfg)
 			up.Namespace = ns
-			values["config"].(map[string]any)["dispatch"] = map[string]any{"batchSize": 50}
+			values["config"].(map[string]any)["dispatch"] = map[string]any{"bufferEvents": 16, "batchSize": 50}
 			if _, err := up.Run(name, nodecluster.ChartPackage(t), values); err != nil {
 				t.Fatalf("helm upgrade: %v", err)
 			}
 			upgraded := time.Now()
-			testkit.Within(t, 3*time.Minute, "a new pod running the new config", func() bool {
+			// The outage lasts until the new pod runs and 200 versions (10 s
+			// of writes) were made without a broker.
+			testkit.Within(t, 3*time.Minute, "a new pod running the new config, and 200 versions written in the outage", func() bool {
+				if w.written()-atStop < 200 {
+					return false
+				}
 				for _, p := range kubewirePods(t, c, ns, name) {
 					if !before[p.Name] && p.Status.Phase == corev1.PodRunning {
 						return true
@@ -96,6 +122,15 @@ func TestClusterHelmUpgradeDuringABrokerOutageLosesNoVersionOutsideADeclaredGap(
 				return false
 			})
 			duringOutage := w.written() - atStop
+			if tc.claim {
+				// The old pod is gone (Recreate); what it could not publish
+				// is on the claim, for the new one.
+				n := spooled(spoolDir)
+				t.Logf("the claim's spool holds %d bytes as the broker comes back", n)
+				if n == 0 {
+					t.Error("nothing was spooled on the claim during the outage")
+				}
+			}
 			b.kafka.Start(t)
 			t.Logf("broker down for %s; the upgrade ran %s into it", time.Since(outage).Round(100*time.Millisecond), upgraded.Sub(outage).Round(100*time.Millisecond))
 			testkit.Within(t, 3*time.Minute, "only new pods, Ready", func() bool {
