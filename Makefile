@@ -19,7 +19,7 @@ TOOLS     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kubewire/tools
 CYCLONEDX_GOMOD_VERSION := v1.10.0
 CYCLONEDX_GOMOD := $(TOOLS)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/cyclonedx-gomod
 
-.PHONY: all build test e2e bench bench-quick bench-apiserver bench-binary bench-binary-smoke lint demo testbin manifests image release clean
+.PHONY: all build test e2e e2e-cluster testbin-node bench bench-quick bench-apiserver bench-binary bench-binary-smoke lint demo testbin manifests image release clean
 
 all: build
 
@@ -35,9 +35,20 @@ testbin:
 test: testbin lint
 	$(GO) test $(TESTFLAGS) -timeout 30m ./...
 
+## testbin-node: testbin, and the kubelet, kube-controller-manager, kube-scheduler and kube-proxy that make e2e-cluster runs
+testbin-node:
+	$(GO) run ./internal/testcluster/cmd/testbin -node
+
 ## e2e: tests against real external brokers (Apache Kafka); tagged e2e
 e2e: testbin
 	$(GO) test $(TESTFLAGS) -tags e2e -run 'E2E' -timeout 40m ./...
+
+## e2e-cluster: kubewire as Pods on a real single-node cluster, installed from the packaged chart; tagged cluster. Needs root, containerd, runc and the CNI plugins (docs/quickstart.md)
+# Without -race: the code under test runs in the pods, built as the image
+# is (no race detector), and a race build of Helm's dependencies for the
+# harness costs minutes.
+e2e-cluster: testbin-node
+	$(GO) test $(filter-out -race,$(TESTFLAGS)) -tags cluster -run 'Cluster' -timeout 30m ./internal/nodecluster/...
 
 ## bench: benchmarks (never part of make test)
 bench:
@@ -59,13 +70,14 @@ bench-binary: testbin
 bench-binary-smoke: testbin
 	KUBEWIRE_BINARY_BENCH_SMOKE=1 $(GO) test -tags bench -run '^$$' -bench ShippedBinary -benchtime 1x -count 1 -timeout 10m ./internal/perf
 
-## lint: formatting, and vet of every build (plain, e2e and bench tags)
+## lint: formatting, and vet of every build (plain, e2e, bench and cluster tags)
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./...
 	$(GO) vet -tags bench ./...
+	$(GO) vet -tags cluster ./...
 
 ## demo: start a local cluster and print its changes to this terminal as kubewire tail does (RAW=1: the CloudEvents)
 demo: testbin

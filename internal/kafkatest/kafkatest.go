@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,6 +127,7 @@ type Broker struct {
 	ID int
 
 	t     testing.TB
+	host  string // the listeners' IP address
 	dir   string
 	extra []listener
 	ca    *CA
@@ -163,8 +165,13 @@ func StartWith(t testing.TB, o Options) *Broker {
 	dir := t.TempDir()
 	ps := testkit.FreePorts(t, 2)
 	port, cport := ps[0], ps[1]
+	host := o.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
 	b := &Broker{
-		Addr:  "127.0.0.1:" + strconv.Itoa(port),
+		Addr:  net.JoinHostPort(host, strconv.Itoa(port)),
+		host:  host,
 		Libs:  libs,
 		ID:    1,
 		t:     t,
@@ -180,8 +187,8 @@ func StartWith(t testing.TB, o Options) *Broker {
 		"process.roles":                            "broker,controller",
 		"node.id":                                  "1",
 		"controller.quorum.bootstrap.servers":      "127.0.0.1:" + strconv.Itoa(cport),
-		"listeners":                                "PLAINTEXT://127.0.0.1:" + strconv.Itoa(port) + ",CONTROLLER://127.0.0.1:" + strconv.Itoa(cport),
-		"advertised.listeners":                     "PLAINTEXT://127.0.0.1:" + strconv.Itoa(port),
+		"listeners":                                "PLAINTEXT://" + b.Addr + ",CONTROLLER://127.0.0.1:" + strconv.Itoa(cport),
+		"advertised.listeners":                     "PLAINTEXT://" + b.Addr,
 		"controller.listener.names":                "CONTROLLER",
 		"inter.broker.listener.name":               "PLAINTEXT",
 		"listener.security.protocol.map":           "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",

@@ -33,6 +33,10 @@ type Options struct {
 	// SASL adds a SASL_SSL listener, at Broker.SASLSSLAddr, that accepts
 	// Users with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN.
 	SASL bool
+	// Host is the IP address every listener binds to and advertises; empty
+	// means 127.0.0.1. internal/nodecluster's pods reach the host on its
+	// bridge address, not on loopback.
+	Host string
 	// Users maps user names to passwords. Names and passwords are limited
 	// to letters, digits, '-' and '_', because they are written into the
 	// storage tool's --add-scram argument and a JAAS string, and neither
@@ -67,7 +71,7 @@ func (b *Broker) secure(o Options) (map[string]string, []string, error) {
 	}
 	b.CAFile = ca.CertFile
 	b.ca = ca
-	keyPEM, chainPEM, err := ca.Issue("kafka broker", []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
+	keyPEM, chainPEM, err := ca.Issue("kafka broker", []string{"localhost"}, []net.IP{net.ParseIP(b.host)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -79,7 +83,7 @@ func (b *Broker) secure(o Options) (map[string]string, []string, error) {
 	props["ssl.keystore.key"] = string(keyPEM)
 	props["ssl.keystore.certificate.chain"] = string(chainPEM)
 	if o.TLS {
-		l := listener{name: tlsListener, protocol: "SSL", addr: "127.0.0.1:" + strconv.Itoa(testkit.FreePort(b.t))}
+		l := listener{name: tlsListener, protocol: "SSL", addr: net.JoinHostPort(b.host, strconv.Itoa(testkit.FreePort(b.t)))}
 		b.extra = append(b.extra, l)
 		b.SSLAddr = l.addr
 		if o.ClientAuth {
@@ -91,7 +95,7 @@ func (b *Broker) secure(o Options) (map[string]string, []string, error) {
 	}
 	var format []string
 	if o.SASL {
-		l := listener{name: saslListener, protocol: "SASL_SSL", addr: "127.0.0.1:" + strconv.Itoa(testkit.FreePort(b.t))}
+		l := listener{name: saslListener, protocol: "SASL_SSL", addr: net.JoinHostPort(b.host, strconv.Itoa(testkit.FreePort(b.t)))}
 		b.extra = append(b.extra, l)
 		b.SASLSSLAddr = l.addr
 		names := make([]string, 0, len(o.Users))

@@ -4,7 +4,6 @@
 package natstest
 
 import (
-	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 type Server struct {
 	t          testing.TB
 	bin, store string
+	host       string
 	port       int
 
 	mu   sync.Mutex
@@ -30,15 +30,23 @@ type Server struct {
 // directory, and stops it when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartOn(t, "127.0.0.1")
+}
+
+// StartOn is Start listening on host's IP address instead of loopback, for
+// clients that cannot reach the host's loopback, such as internal/nodecluster's
+// pods.
+func StartOn(t testing.TB, host string) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
 		t.Fatal("nats-server is not installed; .ci/run installs Debian's nats-server package")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{t: t, bin: bin, store: filepath.Join(t.TempDir(), "store"), port: ln.Addr().(*net.TCPAddr).Port}
+	s := &Server{t: t, bin: bin, store: filepath.Join(t.TempDir(), "store"), host: host, port: ln.Addr().(*net.TCPAddr).Port}
 	ln.Close()
 	s.Begin()
 	t.Cleanup(s.Stop)
@@ -48,14 +56,14 @@ func Start(t testing.TB) *Server {
 // URL is the client URL; it stays the same across restarts.
 func (s *Server) URL() string { return "nats://" + s.addr() }
 
-func (s *Server) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+func (s *Server) addr() string { return net.JoinHostPort(s.host, strconv.Itoa(s.port)) }
 
 // Begin starts the process (again) and waits until it accepts connections.
 func (s *Server) Begin() {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cmd := exec.Command(s.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", s.store)
+	cmd := exec.Command(s.bin, "-a", s.host, "-p", strconv.Itoa(s.port), "-js", "-sd", s.store)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start nats-server: %v", err)

@@ -63,12 +63,18 @@ type binarySpec struct {
 }
 
 func apiServerSpec() binarySpec {
+	return kubernetesSpec("kube-apiserver", "about 3-6 minutes on 2 cores")
+}
+
+// kubernetesSpec builds the command k8s.io/kubernetes/cmd/<name> at
+// KubernetesVersion.
+func kubernetesSpec(name, eta string) binarySpec {
 	s := binarySpec{
-		name:    "kube-apiserver",
+		name:    name,
 		version: KubernetesVersion,
 		module:  "k8s.io/kubernetes@" + KubernetesVersion,
-		pkg:     "k8s.io/kubernetes/cmd/kube-apiserver",
-		eta:     "about 3-6 minutes on 2 cores",
+		pkg:     "k8s.io/kubernetes/cmd/" + name,
+		eta:     eta,
 	}
 	for _, m := range stagingModules {
 		s.replace = append(s.replace, fmt.Sprintf("-replace=k8s.io/%s=k8s.io/%s@%s", m, m, stagingVersion))
@@ -140,6 +146,41 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (Binaries, error) {
 		*b.dst = path
 	}
 	return bins, nil
+}
+
+// NodeComponents are the commands of k8s.io/kubernetes that a node runs
+// next to the apiserver (internal/nodecluster).
+var NodeComponents = []string{"kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy"}
+
+// EnsureKubernetesBinaries returns the paths of the named commands of
+// k8s.io/kubernetes (kubelet, kube-proxy...) at KubernetesVersion, building
+// them into the cache on first use exactly as EnsureBinaries builds
+// kube-apiserver, under the same lock. eta is shown before each build.
+func EnsureKubernetesBinaries(ctx context.Context, progress io.Writer, eta string, names ...string) (map[string]string, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	dir, err := CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating cache dir: %w", err)
+	}
+	unlock, err := lockDir(ctx, dir, progress)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	paths := make(map[string]string, len(names))
+	for _, name := range names {
+		path, err := ensureBinary(ctx, dir, kubernetesSpec(name, eta), progress)
+		if err != nil {
+			return nil, err
+		}
+		paths[name] = path
+	}
+	return paths, nil
 }
 
 // lockDir takes an exclusive flock on the cache directory's lock file. It

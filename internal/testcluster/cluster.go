@@ -58,6 +58,17 @@ type Options struct {
 	// --quota-backend-bytes) for fixtures near or above the default of
 	// 2 GiB, such as 100k Pods written twice each. Zero keeps etcd's default.
 	EtcdQuotaBackendBytes int64
+	// Address is the IP kube-apiserver binds to and advertises, for a
+	// cluster whose pods must reach it (internal/nodecluster): pods cannot
+	// reach the host's loopback, and the kubernetes Service's endpoint may
+	// not be a loopback address. Nil keeps 127.0.0.1. The serving
+	// certificate then also names the Service's ClusterIP, 10.0.0.1.
+	Address net.IP
+	// ServiceAccounts keeps the ServiceAccount admission plugin, which
+	// mounts a token into every pod. It rejects pods whose ServiceAccount
+	// does not exist, so it needs a kube-controller-manager creating the
+	// default ones; without one (the default) the plugin is disabled.
+	ServiceAccounts bool
 }
 
 // Cluster is a running etcd and kube-apiserver pair. Its methods are safe
@@ -108,7 +119,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.configure(ports, opts.Users); err != nil {
+	if err := c.configure(ports, opts); err != nil {
 		return nil, err
 	}
 	c.apiArgs = append(c.apiArgs, opts.APIServerArgs...)
@@ -130,19 +141,25 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 // configure writes credentials and certificates into c.dir and derives the
 // apiserver command line, which stays fixed across restarts.
-func (c *Cluster) configure(ports []int, users []User) error {
+func (c *Cluster) configure(ports []int, opts Options) error {
+	addr := net.IPv4(127, 0, 0, 1)
+	ips := []net.IP{addr}
+	if opts.Address != nil {
+		addr = opts.Address
+		ips = append(ips, addr, net.IPv4(10, 0, 0, 1))
+	}
 	c.etcdURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
-	c.apiURL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
+	c.apiURL = "https://" + net.JoinHostPort(addr.String(), strconv.Itoa(ports[2]))
 
 	path := func(name string) string { return filepath.Join(c.dir, name) }
 	var err error
-	if c.caPEM, err = writeServingCert(path("apiserver.crt"), path("apiserver.key")); err != nil {
+	if c.caPEM, err = writeServingCert(path("apiserver.crt"), path("apiserver.key"), ips); err != nil {
 		return err
 	}
 	if err := writeServiceAccountKeys(path("sa.key"), path("sa.pub")); err != nil {
 		return err
 	}
-	if err := c.writeTokens(path("tokens.csv"), users); err != nil {
+	if err := c.writeTokens(path("tokens.csv"), opts.Users); err != nil {
 		return err
 	}
 	c.apiArgs = []string{
@@ -151,8 +168,8 @@ func (c *Cluster) configure(ports []int, users []User) error {
 		"--tls-cert-file=" + path("apiserver.crt"),
 		"--tls-private-key-file=" + path("apiserver.key"),
 		"--secure-port=" + strconv.Itoa(ports[2]),
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + addr.String(),
+		"--advertise-address=" + addr.String(),
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + path("sa.pub"),
 		"--service-account-signing-key-file=" + path("sa.key"),
@@ -160,9 +177,11 @@ func (c *Cluster) configure(ports []int, users []User) error {
 		"--token-auth-file=" + path("tokens.csv"),
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--allow-privileged=true",
+	}
+	if !opts.ServiceAccounts {
 		// No controller-manager runs to create the default service
 		// accounts, so this plugin would reject every pod.
-		"--disable-admission-plugins=ServiceAccount",
+		c.apiArgs = append(c.apiArgs, "--disable-admission-plugins=ServiceAccount")
 	}
 	return nil
 }
@@ -361,6 +380,14 @@ func (c *Cluster) RESTConfig(user string) *rest.Config {
 		Burst:           200,
 	}
 }
+
+// CAPEM returns the PEM certificate clients verify the apiserver with.
+func (c *Cluster) CAPEM() []byte { return c.caPEM }
+
+// ServiceAccountKeyFile is the private key the apiserver signs service
+// account tokens with, for a kube-controller-manager's
+// --service-account-private-key-file.
+func (c *Cluster) ServiceAccountKeyFile() string { return filepath.Join(c.dir, "sa.key") }
 
 // WriteKubeconfig writes a kubeconfig for user with a context named
 // "testcluster", for handing the cluster to kubectl or a subprocess.

@@ -15,11 +15,11 @@ import (
 	"time"
 )
 
-// writeServingCert writes a self-signed certificate for the loopback address
+// writeServingCert writes a self-signed certificate for ips and localhost
 // and returns it PEM-encoded. Supplying our own certificate, instead of the
 // one kube-apiserver would generate, lets clients verify the server against
 // it as their CA rather than skipping TLS verification.
-func writeServingCert(certPath, keyPath string) ([]byte, error) {
+func writeServingCert(certPath, keyPath string, ips []net.IP) ([]byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generating serving key: %w", err)
@@ -38,7 +38,7 @@ func writeServingCert(certPath, keyPath string) ([]byte, error) {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses:           ips,
 		DNSNames:              []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

@@ -1,0 +1,12 @@
+//go:build cluster
+
+package nodecluster_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/kubewire/kubewire/internal/nodecluster"
+)
+
+func TestMain(m *testing.M) { os.Exit(nodecluster.Main(m)) }
