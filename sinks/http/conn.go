@@ -24,7 +24,8 @@ import (
 // four hand-offs, each a possible futex wake of another thread, for what is a
 // write and a read on one socket. Here the goroutine that calls RoundTrip
 // writes the request and reads the response itself, and waits only in the
-// network poller for the answer.
+// network poller for the answer. On Linux it reads and writes the socket
+// with raw system calls (rawSocket), which keep sysmon asleep.
 //
 // Each connection has one owner at a time: a RoundTrip takes it from the
 // idle list, or dials a new one, and the response body's Close gives it
@@ -229,10 +230,12 @@ func (t *connTransport) dial(ctx context.Context) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{t: t, nc: nc}
+	c := &conn{t: t}
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}
+	nc = wrapSocket(nc)
+	c.nc = nc
 	if t.tls != nil {
 		hctx, cancel := context.WithTimeout(ctx, tlsHandshakeTimeout)
 		tc := tls.Client(nc, t.tls)
