@@ -38,7 +38,8 @@ package perf
 // "stdout,http,nats,jetstream,kafka"), KUBEWIRE_BINARY_BENCH_RATES (writes
 // per second and window, default "200:20s,20:30s"; a rate of 0 measures the
 // process idle and reports cpu-µs/s and ctxsw/s instead),
-// KUBEWIRE_BINARY_BENCH_OBJECTS (default 2000). KUBEWIRE_BINARY_BENCH_SMOKE=1
+// KUBEWIRE_BINARY_BENCH_OBJECTS (default 2000), KUBEWIRE_BINARY_BENCH_THREADS=1
+// (log each thread's switches per window). KUBEWIRE_BINARY_BENCH_SMOKE=1
 // is a check that the harness still runs: stdout only, 200 objects, 200/s
 // for 3 s.
 
@@ -174,6 +175,9 @@ func measureBinary(b *testing.B, k *binaryProcess, kube kubernetes.Interface, ns
 		}
 		wall += time.Since(t0)
 		cpu += p1.cpu - p0.cpu
+		if os.Getenv("KUBEWIRE_BINARY_BENCH_THREADS") != "" {
+			k.logThreads(b, p0, p1)
+		}
 		d, g := p1.switchesSince(p0)
 		switches += float64(d)
 		gone += g
@@ -454,6 +458,22 @@ func (k *binaryProcess) published() (float64, bool) {
 		}
 	}
 	return total, sc.Err() == nil
+}
+
+// logThreads logs each thread's context switches between p0 and p1 and the
+// system call it sits in at p1 (/proc/<pid>/task/<tid>/syscall: 202 futex,
+// 35 nanosleep, 281 epoll_pwait on amd64), which tells the runtime's
+// threads apart: sysmon is the one that naps.
+func (k *binaryProcess) logThreads(b *testing.B, p0, p1 procSample) {
+	pid := k.cmd.Process.Pid
+	for tid, v := range p1.switches {
+		sc, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/syscall", pid, tid))
+		call := "exited"
+		if f := strings.Fields(string(sc)); len(f) > 0 {
+			call = f[0]
+		}
+		b.Logf("THREAD %s: %d context switches, now in %s", tid, v-p0.switches[tid], call)
+	}
 }
 
 // procSample is what /proc says of a process at one moment.

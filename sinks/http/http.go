@@ -21,6 +21,7 @@ package httpsink
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -42,6 +43,10 @@ import (
 	"github.com/kubewire/kubewire/internal/version"
 	"github.com/kubewire/kubewire/sinks"
 )
+
+// proxyFor picks the proxy of a request; tests replace it, since net/http
+// reads the environment only once per process.
+var proxyFor = nethttp.ProxyFromEnvironment
 
 // Type is the config `type` of this sink.
 const Type = "http"
@@ -101,7 +106,7 @@ type Sink struct {
 
 	mu        sync.Mutex
 	client    *nethttp.Client
-	transport *nethttp.Transport
+	transport interface{ CloseIdleConnections() }
 
 	// live is the client once Connect succeeded, and nil again after
 	// Close.
@@ -175,12 +180,27 @@ func New(name string, cfg *Config, deps sinks.Deps) (sinks.Sink, error) {
 	return s, nil
 }
 
-// newClient builds the HTTP client: keep-alive connections pooled for the
-// one host, HTTP/2 when TLS negotiates it, the proxy from the environment
-// (HTTPS_PROXY, NO_PROXY) as every Go client does, and no redirects.
-func (s *Sink) newClient() (*nethttp.Client, *nethttp.Transport, error) {
+// newClient builds the HTTP client. A receiver reached directly, over
+// http:// or https://, gets the sink's own connections (connTransport): one
+// kept-alive HTTP/1.1 connection per concurrent Write, written and read by
+// the Writing goroutine itself. A receiver behind a proxy (HTTPS_PROXY,
+// HTTP_PROXY, NO_PROXY, read as every Go client reads them) goes through
+// net/http's Transport, which speaks the proxy protocols and HTTP/2 when TLS
+// negotiates it. Redirects are never followed.
+func (s *Sink) newClient() (*nethttp.Client, interface{ CloseIdleConnections() }, error) {
+	var tc *tls.Config
+	if s.target.Scheme == "https" {
+		var err error
+		if tc, err = tlsConfig(s.tls); err != nil {
+			return nil, nil, err
+		}
+	}
+	if !s.proxied() {
+		ct := newConnTransport(s.target, tc)
+		return &nethttp.Client{Transport: ct, CheckRedirect: noRedirects}, ct, nil
+	}
 	tr := &nethttp.Transport{
-		Proxy:       nethttp.ProxyFromEnvironment,
+		Proxy:       proxyFor,
 		DialContext: (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		// Setting TLSClientConfig or DialContext turns net/http's HTTP/2
 		// off unless asked for.
@@ -190,15 +210,17 @@ func (s *Sink) newClient() (*nethttp.Client, *nethttp.Transport, error) {
 		IdleConnTimeout:       idleConnTimeout,
 		TLSHandshakeTimeout:   tlsHandshakeTimeout,
 		ExpectContinueTimeout: time.Second,
-	}
-	if s.target.Scheme == "https" {
-		tc, err := tlsConfig(s.tls)
-		if err != nil {
-			return nil, nil, err
-		}
-		tr.TLSClientConfig = tc
+		TLSClientConfig:       tc,
 	}
 	return &nethttp.Client{Transport: tr, CheckRedirect: noRedirects}, tr, nil
+}
+
+// proxied reports whether the environment sends requests to the target
+// through a proxy. A proxy setting that cannot be parsed counts as one, so
+// that net/http reports it on the first request as it always has.
+func (s *Sink) proxied() bool {
+	u, err := proxyFor(&nethttp.Request{URL: s.target})
+	return err != nil || u != nil
 }
 
 // noRedirects returns a redirect to the caller instead of following it. A
@@ -475,7 +497,10 @@ func (s *Sink) post(ctx context.Context, c *nethttp.Client, h nethttp.Header, bo
 	resp, err := c.Do(req)
 	if err != nil {
 		err = s.transportError(err)
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The sink's own transport may see its connection's deadline pass
+		// before the context's timer has fired; it reports it as the
+		// context's.
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within the timeout (%s): %w", s.timeout, err)
 		}
 		return fmt.Errorf("http: POST %s (%s): %w", s.display, describe(events), err)

@@ -29,7 +29,9 @@ func tlsFailures(t *testing.T) float64 {
 	return metrics.Sum("kubewire_sink_connect_failures_total", map[string]string{"sink": t.Name(), "reason": metrics.ConnectTLS})
 }
 
-func TestHTTPSWithTheTestCANegotiatesHTTP2AndRefusesAnUnknownCA(t *testing.T) {
+// The receiver offers h2 and http/1.1; the sink asks for http/1.1 alone, on
+// a connection of its own (see connTransport).
+func TestHTTPSWithTheTestCAVerifiesTheReceiverOverHTTP1AndRefusesAnUnknownCA(t *testing.T) {
 	ca := testkit.NewCA(t, "kubewire-test-ca")
 	rcv := startReceiver(t, receiverOptions{TLS: ca.ServerTLS(t, "receiver")})
 
@@ -41,8 +43,8 @@ func TestHTTPSWithTheTestCANegotiatesHTTP2AndRefusesAnUnknownCA(t *testing.T) {
 			t.Fatalf("Write over TLS: %v", err)
 		}
 		posts := rcv.Posts(path)
-		if len(posts) != 1 || posts[0].ProtoMajor != 2 {
-			t.Fatalf("posts = %+v; want one, over HTTP/2", posts)
+		if len(posts) != 1 || posts[0].ProtoMajor != 1 {
+			t.Fatalf("posts = %+v; want one, over HTTP/1.1", posts)
 		}
 	})
 	t.Run("The system roots do not know the test CA.", func(t *testing.T) {

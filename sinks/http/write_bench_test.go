@@ -74,3 +74,36 @@ func BenchmarkWrite(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWriteParallel is Write in binary mode from as many goroutines as
+// the dispatcher has shards (16 by default), one event per Write, as a
+// saturated sink is written: the case where Writes contend for connections.
+func BenchmarkWriteParallel(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	b.Cleanup(srv.Close)
+	ev := sinktest.BenchEvent(b, benchdata.Pods)
+	s, err := httpsink.New("bench", &httpsink.Config{URL: srv.URL + "/events"}, sinks.Deps{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Connect(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close(ctx)
+	b.SetParallelism(8) // 8 × GOMAXPROCS 2 = 16 writers
+	b.SetBytes(int64(len(ev.Data())))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		evs := []*encoding.Event{ev}
+		for pb.Next() {
+			if err := s.Write(ctx, evs); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

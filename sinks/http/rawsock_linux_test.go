@@ -1,0 +1,71 @@
+package httpsink
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// A write larger than the socket's buffers returns EAGAIN part-way; the rest
+// must go once the poller says the socket is writable, in order, and reads
+// must see the peer's bytes, its end of the stream and the deadline.
+func TestARawSocketCarriesMoreThanItsBuffersAndKeepsDeadlinesAndEOF(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan []byte, 1)
+	peer := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		peer <- c
+		b, _ := io.ReadAll(io.LimitReader(c, 16<<20))
+		got <- b
+	}()
+	nc, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := wrapSocket(nc)
+	defer s.Close()
+	if _, ok := s.(*rawSocket); !ok {
+		t.Fatalf("wrapSocket gave %T, want *rawSocket", s)
+	}
+	want := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB
+	if n, err := s.Write(want); n != len(want) || err != nil {
+		t.Fatalf("Write = %d, %v; want %d, nil", n, err, len(want))
+	}
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the peer read %d bytes, not the %d written", len(b), len(want))
+	}
+	p := <-peer
+	defer p.Close()
+
+	if err := s.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if _, err := s.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read with nothing sent = %v; want the deadline", err)
+	}
+	if err := s.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Write([]byte("answer")); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	b, err := io.ReadAll(s)
+	if err != nil || string(b) != "answer" {
+		t.Fatalf("ReadAll = %q, %v; want the answer, then EOF", b, err)
+	}
+}
