@@ -21,9 +21,13 @@ func TestE2ETailShowsNewEventsWithinSecondsOfAKafkaBrokerRestart(t *testing.T) {
 	kb := kafkatest.Start(t, nil)
 	path := write(t, fmt.Sprintf(tailConfig, kb.Addr, "nats://127.0.0.1:1"))
 	send := sinkOf(t, path, "events")
-	if err := send(sinktest.Change(informer.OpAdded, "team-a", "before", 1)); err != nil {
-		t.Fatal(err)
-	}
+	// A topic the sink has just created may have no leader yet (Not Leader
+	// For Partition): retry, as the dispatcher does.
+	var err error
+	testkit.Within(t, time.Minute, "the first write", func() bool {
+		err = send(sinktest.Change(informer.OpAdded, "team-a", "before", 1))
+		return err == nil
+	}, func() string { return fmt.Sprint(err) })
 
 	var out, errOut testkit.Buffer
 	done := make(chan int, 1)
