@@ -259,11 +259,17 @@ func TestClusterTheChartFromTheReleasePackageRunsKubewireAsARestrictedPodThatStr
 			UID, GID int
 			Writable []string
 			Checked  []string
+			ReadOnly []string
 		}
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		t.Logf("inside the container: uid %d gid %d; writable %v of %v", r.UID, r.GID, r.Writable, r.Checked)
+		t.Logf("inside the container: uid %d gid %d; writable %v of %v; mounted read-only %v", r.UID, r.GID, r.Writable, r.Checked, r.ReadOnly)
+		// Not writable by a non-root user is not enough: the root
+		// filesystem itself must be mounted read-only.
+		if !slices.Contains(r.ReadOnly, "/") {
+			t.Errorf("the root filesystem is not mounted read-only (read-only mounts: %v)", r.ReadOnly)
+		}
 		if r.UID != 65532 || r.GID != 65532 {
 			t.Errorf("runs as %d:%d, want 65532:65532", r.UID, r.GID)
 		}

@@ -23,6 +23,10 @@ type report struct {
 	Groups   []int    `json:"groups"`
 	Writable []string `json:"writable"`
 	Checked  []string `json:"checked"`
+	// ReadOnly are the mount points mounted read-only. A directory a
+	// non-root user cannot write says nothing about the mount: the root
+	// filesystem must be read-only as mounted, whoever runs.
+	ReadOnly []string `json:"readOnly"`
 }
 
 func main() {
@@ -35,8 +39,14 @@ func main() {
 	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
-			if fields := strings.Fields(sc.Text()); len(fields) > 4 {
+			// Fields: id, parent, major:minor, root, mount point, options.
+			if fields := strings.Fields(sc.Text()); len(fields) > 5 {
 				dirs[fields[4]] = true
+				for _, o := range strings.Split(fields[5], ",") {
+					if o == "ro" {
+						r.ReadOnly = append(r.ReadOnly, fields[4])
+					}
+				}
 			}
 		}
 		f.Close()
@@ -61,5 +71,6 @@ func main() {
 	}
 	sort.Strings(r.Checked)
 	sort.Strings(r.Writable)
+	sort.Strings(r.ReadOnly)
 	json.NewEncoder(os.Stdout).Encode(r)
 }
