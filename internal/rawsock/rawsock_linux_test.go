@@ -1,4 +1,4 @@
-package httpsink
+package rawsock
 
 import (
 	"bytes"
@@ -35,10 +35,10 @@ func TestARawSocketCarriesMoreThanItsBuffersAndKeepsDeadlinesAndEOF(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := wrapSocket(nc)
+	s := Wrap(nc)
 	defer s.Close()
-	if _, ok := s.(*rawSocket); !ok {
-		t.Fatalf("wrapSocket gave %T, want *rawSocket", s)
+	if !Raw(s) {
+		t.Fatalf("Wrap gave %T, want *rawSocket", s)
 	}
 	want := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB
 	if n, err := s.Write(want); n != len(want) || err != nil {
@@ -67,5 +67,38 @@ func TestARawSocketCarriesMoreThanItsBuffersAndKeepsDeadlinesAndEOF(t *testing.T
 	b, err := io.ReadAll(s)
 	if err != nil || string(b) != "answer" {
 		t.Fatalf("ReadAll = %q, %v; want the answer, then EOF", b, err)
+	}
+}
+
+// The sinks hand a Dialer to their clients (nats.go, kafka-go): both of its
+// methods must give raw connections.
+func TestADialersConnectionsAreRaw(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	d := &Dialer{Dialer: net.Dialer{Timeout: 5 * time.Second}}
+	for name, dial := range map[string]func() (net.Conn, error){
+		"Dial":        func() (net.Conn, error) { return d.Dial("tcp", l.Addr().String()) },
+		"DialContext": func() (net.Conn, error) { return d.DialContext(t.Context(), "tcp", l.Addr().String()) },
+	} {
+		c, err := dial()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !Raw(c) {
+			t.Errorf("%s gave %T, want a raw socket", name, c)
+		}
+		c.Close()
 	}
 }

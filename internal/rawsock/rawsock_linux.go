@@ -1,4 +1,4 @@
-package httpsink
+package rawsock
 
 import (
 	"io"
@@ -26,8 +26,10 @@ type rawSocket struct {
 	rc syscall.RawConn
 }
 
-// wrapSocket returns nc as a rawSocket when it is a TCP connection.
-func wrapSocket(nc net.Conn) net.Conn {
+// Wrap returns nc as a rawSocket when it is a TCP connection, and nc
+// itself otherwise. Wrap the connection before any TLS client, not the TLS
+// connection: its records are read and written through the wrapped one.
+func Wrap(nc net.Conn) net.Conn {
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
 		return nc
@@ -37,6 +39,13 @@ func wrapSocket(nc net.Conn) net.Conn {
 		return nc
 	}
 	return &rawSocket{TCPConn: tc, rc: rc}
+}
+
+// Raw reports whether nc reads and writes with raw system calls: whether it
+// came from Wrap or a Dialer. Tests use it to prove a sink's connections do.
+func Raw(nc net.Conn) bool {
+	_, ok := nc.(*rawSocket)
+	return ok
 }
 
 func (s *rawSocket) Read(p []byte) (int, error) {
@@ -101,11 +110,11 @@ func (s *rawSocket) opError(op string, errno syscall.Errno) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
 }
 
-// peekIdle reports whether nothing is waiting to be read on an idle socket
+// PeekIdle reports whether nothing is waiting to be read on an idle socket
 // and the peer has not closed it: a recv that would block. A byte, or the end
 // of the stream (recv returns 0), means the receiver is done with the
 // connection. The call is raw for the reason rawSocket's are.
-func peekIdle(raw syscall.RawConn) bool {
+func PeekIdle(raw syscall.RawConn) bool {
 	var buf [1]byte
 	idle := false
 	err := raw.Read(func(fd uintptr) bool {
