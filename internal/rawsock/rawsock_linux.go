@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -24,6 +25,24 @@ import (
 type rawSocket struct {
 	*net.TCPConn
 	rc syscall.RawConn
+
+	// The callbacks handed to rc are method values made once, in Wrap: a
+	// closure made per call escapes through the RawConn interface together
+	// with what it captures, four allocations for a write and a read. Their
+	// state is a field per direction, under a lock per direction, which
+	// costs nothing more: net's own lock on the descriptor already lets one
+	// read and one write through at a time.
+	rmu   sync.Mutex
+	rbuf  []byte
+	rn    int
+	rerr  syscall.Errno
+	readf func(uintptr) bool
+
+	wmu    sync.Mutex
+	wbuf   []byte
+	wn     int
+	werr   syscall.Errno
+	writef func(uintptr) bool
 }
 
 // Wrap returns nc as a rawSocket when it is a TCP connection, and nc
@@ -38,7 +57,9 @@ func Wrap(nc net.Conn) net.Conn {
 	if err != nil {
 		return nc
 	}
-	return &rawSocket{TCPConn: tc, rc: rc}
+	s := &rawSocket{TCPConn: tc, rc: rc}
+	s.readf, s.writef = s.read, s.write
+	return s
 }
 
 // Raw reports whether nc reads and writes with raw system calls: whether it
@@ -52,21 +73,12 @@ func (s *rawSocket) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := s.rc.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // the poller waits for the socket
-			}
-			n, errno = int(r), e
-			return true
-		}
-	})
+	s.rmu.Lock()
+	s.rbuf, s.rn, s.rerr = p, 0, 0
+	err := s.rc.Read(s.readf)
+	n, errno := s.rn, s.rerr
+	s.rbuf = nil
+	s.rmu.Unlock()
 	switch {
 	case err != nil:
 		return 0, err
@@ -78,25 +90,29 @@ func (s *rawSocket) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (s *rawSocket) Write(p []byte) (int, error) {
-	n := 0
-	var errno syscall.Errno
-	err := s.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
-			switch e {
-			case 0:
-				n += int(r)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false
-			default:
-				errno = e
-				return true
-			}
+// read is Read's callback, run by the poller with the descriptor.
+func (s *rawSocket) read(fd uintptr) bool {
+	p := s.rbuf
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // the poller waits for the socket
 		}
+		s.rn, s.rerr = int(r), e
 		return true
-	})
+	}
+}
+
+func (s *rawSocket) Write(p []byte) (int, error) {
+	s.wmu.Lock()
+	s.wbuf, s.wn, s.werr = p, 0, 0
+	err := s.rc.Write(s.writef)
+	n, errno := s.wn, s.werr
+	s.wbuf = nil
+	s.wmu.Unlock()
 	switch {
 	case err != nil:
 		return n, err
@@ -104,6 +120,26 @@ func (s *rawSocket) Write(p []byte) (int, error) {
 		return n, s.opError("write", errno)
 	}
 	return n, nil
+}
+
+// write is Write's callback, run by the poller with the descriptor until
+// all of wbuf is written or the socket fails.
+func (s *rawSocket) write(fd uintptr) bool {
+	p := s.wbuf
+	for s.wn < len(p) {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[s.wn])), uintptr(len(p)-s.wn))
+		switch e {
+		case 0:
+			s.wn += int(r)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			s.werr = e
+			return true
+		}
+	}
+	return true
 }
 
 func (s *rawSocket) opError(op string, errno syscall.Errno) error {

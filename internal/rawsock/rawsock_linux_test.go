@@ -102,3 +102,58 @@ func TestADialersConnectionsAreRaw(t *testing.T) {
 		c.Close()
 	}
 }
+
+// echo answers each connection's bytes with the same bytes until it closes.
+func echo(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_, _ = io.Copy(c, c)
+		}()
+	}
+}
+
+// nats.go and kafka-go read on one goroutine while others write: each
+// direction keeps its own state, and every byte comes back in order.
+func TestOneGoroutineReadsWhileAnotherWrites(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go echo(l)
+	nc, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Wrap(nc)
+	defer s.Close()
+	want := bytes.Repeat([]byte("0123456789"), 100_000)
+	wrote := make(chan error, 1)
+	go func() {
+		for b := want; len(b) > 0; b = b[min(len(b), 1000):] {
+			if _, err := s.Write(b[:min(len(b), 1000)]); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	if err := s.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(s, got); err != nil {
+		t.Fatalf("reading the echo: %v", err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("writing: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the echo differs from what was written")
+	}
+}
