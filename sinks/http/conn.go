@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kubewire/kubewire/internal/rawsock"
 )
 
 // connTransport is the sink's own HTTP/1.1 client, used for every receiver
@@ -25,7 +27,7 @@ import (
 // write and a read on one socket. Here the goroutine that calls RoundTrip
 // writes the request and reads the response itself, and waits only in the
 // network poller for the answer. On Linux it reads and writes the socket
-// with raw system calls (rawSocket), which keep sysmon asleep.
+// with raw system calls (internal/rawsock), which keep sysmon asleep.
 //
 // Each connection has one owner at a time: a RoundTrip takes it from the
 // idle list, or dials a new one, and the response body's Close gives it
@@ -234,7 +236,7 @@ func (t *connTransport) dial(ctx context.Context) (*conn, error) {
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}
-	nc = wrapSocket(nc)
+	nc = rawsock.Wrap(nc)
 	c.nc = nc
 	if t.tls != nil {
 		hctx, cancel := context.WithTimeout(ctx, tlsHandshakeTimeout)
@@ -265,7 +267,7 @@ func (c *conn) alive() bool {
 	if c.raw == nil {
 		return true
 	}
-	return peekIdle(c.raw)
+	return rawsock.PeekIdle(c.raw)
 }
 
 // body is a response body that gives its connection back once it has been

@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/rawsock"
 	"github.com/kubewire/kubewire/internal/secretfile"
 	"github.com/kubewire/kubewire/internal/tlsfiles"
 )
@@ -24,6 +25,14 @@ import (
 // and errors name only where it was looked for.
 func (s *Sink) newTransport() (*kafkago.Transport, error) {
 	tr := &kafkago.Transport{
+		// kafka-go's reads and writes of package net wake the runtime's
+		// sysmon thread after every idle spell, which at a trickle of events
+		// is on every produce request and its answer; raw system calls do
+		// not (internal/rawsock). Every connection of the sink's comes from
+		// here (produce, metadata, topic creation, the health probe), and
+		// kafka-go layers TLS and SASL over it. DialTimeout bounds the dial
+		// through its context.
+		Dial:        (&rawsock.Dialer{}).DialContext,
 		ClientID:    s.cfg.ClientID,
 		DialTimeout: s.cfg.DialTimeout.Duration,
 		// Leader changes are noticed within this; the default is 6s.

@@ -1,14 +1,14 @@
 //go:build darwin || freebsd || netbsd || openbsd || dragonfly
 
-package httpsink
+package rawsock
 
 import "syscall"
 
-// peekIdle reports whether nothing is waiting to be read on an idle socket
+// PeekIdle reports whether nothing is waiting to be read on an idle socket
 // and the peer has not closed it: a recv that would block. A byte, or the end
 // of the stream (recv returns 0), means the receiver is done with the
 // connection.
-func peekIdle(raw syscall.RawConn) bool {
+func PeekIdle(raw syscall.RawConn) bool {
 	var buf [1]byte
 	idle := false
 	err := raw.Read(func(fd uintptr) bool {
