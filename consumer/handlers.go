@@ -72,7 +72,7 @@ func (v *View) deliver(cs []change, ps []Problem) {
 		switch c.kind {
 		case watch.Added:
 			for _, h := range hs {
-				h.h.OnAdd(obj, initial)
+				h.h.OnAdd(obj, initial || c.listed)
 			}
 		case watch.Modified:
 			old, err := c.old.Decode()

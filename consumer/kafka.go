@@ -37,6 +37,25 @@ type KafkaConfig struct {
 	// fails, nothing is committed and the failure is handled as a failed
 	// commit.
 	BeforeCommit func(context.Context) error
+	// States, if set with GroupID, keeps each partition's View state
+	// where every member of the group finds it, and makes the group a
+	// group of Views that each hold the keys of their partitions: when
+	// the group assigns a partition to this member, the View takes over
+	// the partition's state (its objects come to handlers as adds with
+	// isInInitialList true) and reads on from the state's position; when
+	// a rebalance takes the partition away, the member saves its state,
+	// commits, and the View forgets the partition's objects (handlers
+	// are not called; OnRebalance says which partitions went). Before
+	// each commit, the state of each partition committed is saved. A
+	// member killed at any moment therefore hands over a state at least
+	// as new as the group's offsets: the member that reads its
+	// partitions next misses no delete and handles nothing again that
+	// was committed. With States, BeforeCommit is not called.
+	States PartitionStates
+	// OnRebalance, if set, is called at each new generation of a group
+	// that has States, before reading starts, with the partitions this
+	// member reads now and where each starts, and those it gave up.
+	OnRebalance func(Rebalance)
 	// SessionTimeout is how long the group waits for a member that stopped
 	// heartbeating (killed, partitioned away) before its partitions go to
 	// the others, and so how long they pause; heartbeats go every third of
@@ -107,6 +126,9 @@ func NewKafkaSource(v *View, cfg KafkaConfig) (*KafkaSource, error) {
 	if cfg.GroupID != "" && cfg.Start != nil {
 		return nil, errors.New("consumer: a Kafka source starts from a group's offsets or from a position, not both")
 	}
+	if cfg.States != nil && cfg.GroupID == "" {
+		return nil, errors.New("consumer: a Kafka source keeps partition states (States) only in a consumer group (GroupID)")
+	}
 	if cfg.FromEnd && (cfg.GroupID != "" || cfg.Start != nil) {
 		return nil, errors.New("consumer: a Kafka source starts from the end, a group's offsets or a position, only one")
 	}
@@ -148,6 +170,9 @@ func (s *KafkaSource) Run(ctx context.Context) error {
 // where the View is, so that nothing applied is read again and nothing
 // written meanwhile is skipped (FromEnd included).
 func (s *KafkaSource) attempt(ctx context.Context) error {
+	if s.cfg.States != nil {
+		return s.runShared(ctx)
+	}
 	first := !s.begun
 	parts, err := s.partitions(ctx)
 	if err != nil {

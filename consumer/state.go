@@ -61,9 +61,25 @@ func (v *View) SaveState(w io.Writer) error {
 	defer v.applyMu.Unlock()
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	return v.saveLocked(w, "")
+}
+
+// saveLocked writes the state of one partition, or with only "" of the
+// whole View. A partition's state holds what the rule keeps of that
+// partition's keys and windows, and the partition's position; its stats
+// are zero, as they count the whole View.
+func (v *View) saveLocked(w io.Writer, only string) error {
+	mine := func(partition string) bool { return only == "" || partition == only }
+	h := stateHeader{Format: stateFormat, Positions: v.pos, Seq: v.seq, Stats: v.stats}
+	if only != "" {
+		h.Positions, h.Stats = Positions{}, Stats{}
+		if o, ok := v.pos[only]; ok {
+			h.Positions[only] = o
+		}
+	}
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
-	if err := enc.Encode(stateHeader{Format: stateFormat, Positions: v.pos, Seq: v.seq, Stats: v.stats}); err != nil {
+	if err := enc.Encode(h); err != nil {
 		return fmt.Errorf("consumer: save state: %w", err)
 	}
 	n := 0
@@ -82,32 +98,46 @@ func (v *View) SaveState(w io.Writer) error {
 	}
 	// Sorted, so that one state always gives the same bytes.
 	for _, k := range sortedKeys(v.objects) {
-		if err := put(entryRecord("object", v.objects[k])); err != nil {
-			return err
+		if e := v.objects[k]; mine(e.partition) {
+			if err := put(entryRecord("object", e)); err != nil {
+				return err
+			}
 		}
 	}
 	for _, k := range sortedKeys(v.gone) {
-		e := v.gone[k]
-		if err := put(entryRecord("gone", &e)); err != nil {
-			return err
+		if e := v.gone[k]; mine(e.partition) {
+			if err := put(entryRecord("gone", &e)); err != nil {
+				return err
+			}
 		}
 	}
 	for _, k := range sortedKeys(v.pruned) {
+		if only != "" && v.gone[k].partition != only {
+			continue
+		}
 		if err := put(stateRecord{Kind: "pruned", Key: k, Seq: v.pruned[k]}); err != nil {
 			return err
 		}
 	}
 	for _, wk := range sortedWindows(v.windows) {
+		if !mine(wk.partition) {
+			continue
+		}
 		w := v.windows[wk]
 		if err := put(stateRecord{Kind: "window", Partition: wk.partition, Snapshot: wk.snapshotID, Resource: w.resource, Seq: w.start}); err != nil {
 			return err
 		}
 	}
 	for _, wk := range sortedWindows(v.done) {
+		if !mine(wk.partition) {
+			continue
+		}
 		if err := put(stateRecord{Kind: "done", Partition: wk.partition, Snapshot: wk.snapshotID}); err != nil {
 			return err
 		}
 	}
+	// Watch gaps go with every partition: one gap is reported once
+	// whichever partition brings it.
 	for _, id := range sortedKeys(v.watchGaps) {
 		if err := put(stateRecord{Kind: "watchgap", Key: id}); err != nil {
 			return err

@@ -208,6 +208,9 @@ type change struct {
 	// after, or for Deleted the final state the event carried.
 	old, obj          *Object
 	finalStateUnknown bool
+	// listed marks an Added of an object taken over with a partition's
+	// state, not read: handlers get it with isInInitialList true.
+	listed bool
 }
 
 // NewView returns an empty View.

@@ -1,0 +1,142 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubewire/kubewire/consumer"
+	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testkit"
+	kafkago "github.com/segmentio/kafka-go"
+)
+
+func TestDirStatesLoadsTheNewestStateEvenWhenAnOlderOneIsSavedAfterIt(t *testing.T) {
+	ctx := context.Background()
+	store := consumer.DirStates(t.TempDir())
+	if b, err := store.Load(ctx, "t/0"); err != nil || b != nil {
+		t.Fatalf("nothing saved yet: got %q, %v; want nil, nil", b, err)
+	}
+	// A member the group already gave up on can save late, and an older
+	// position than the member that reads the partition now.
+	for _, s := range []struct {
+		pos   int64
+		state string
+	}{{10, "ten"}, {120, "one-twenty"}, {90, "ninety, late"}} {
+		if err := store.Save(ctx, "t/0", s.pos, []byte(s.state)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.Save(ctx, "t/1", 5, []byte("other")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := store.Load(ctx, "t/0"); err != nil || string(b) != "one-twenty" {
+		t.Fatalf("got %q, %v; want the state of position 120", b, err)
+	}
+	if b, err := store.Load(ctx, "t/1"); err != nil || string(b) != "other" {
+		t.Fatalf("got %q, %v; want t/1's own state", b, err)
+	}
+}
+
+// A member that joins a group whose partitions' states were saved takes
+// them over: its View holds what the first member's did without reading a
+// record again, its handlers get the objects as listed adds, and it starts
+// each partition where the state stands.
+func TestAGroupMemberWithStatesTakesOverTheSavedStatesOfItsPartitions(t *testing.T) {
+	addr := startKfake(t)
+	s, topic := kafkaSink(t, addr, config.ContentModeBinary)
+	batches, live, _ := killHistory(rand.New(rand.NewPCG(killSeed, 5)), 600)
+	write(t, s, batches)
+	end := topicEnds(t, addr, topic, 3)
+	store := consumer.DirStates(t.TempDir())
+	cfg := consumer.KafkaConfig{
+		Brokers: []string{addr}, Topic: topic, GroupID: "states", States: store,
+		CommitInterval: 50 * time.Millisecond, MaxWait: 100 * time.Millisecond, SessionTimeout: 6 * time.Second,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	first, stop := stoppableKafkaView(t, cfg)
+	if err := first.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(viewHolds(t, first), " "); got != strings.Join(withUIDs(live), " ") {
+		t.Fatalf("the first member holds %s, want %s", got, withUIDs(live))
+	}
+	stop() // leaves the group: saves and commits each partition
+
+	var read, listed, other atomic.Int64
+	assigned := make(chan consumer.Rebalance, 4)
+	second := consumer.NewView(consumer.Options{OnRead: func(consumer.Read) { read.Add(1) }})
+	second.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(_ any, initial bool) {
+			if initial {
+				listed.Add(1)
+			} else {
+				other.Add(1)
+			}
+		},
+		UpdateFunc: func(_, _ any) { other.Add(1) },
+		DeleteFunc: func(any) { other.Add(1) },
+	})
+	cfg.OnRebalance = func(rb consumer.Rebalance) { assigned <- rb }
+	src, err := consumer.NewKafkaSource(second, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSource(t, src.Run)
+	if err := second.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case rb := <-assigned:
+		for p, o := range end {
+			if rb.Assigned[p] != o {
+				t.Errorf("the second member starts %s at %d, want %d (where the saved state stands)", p, rb.Assigned[p], o)
+			}
+		}
+	case <-ctx.Done():
+		t.Fatal("no generation reported")
+	}
+	if got := strings.Join(viewHolds(t, second), " "); got != strings.Join(withUIDs(live), " ") {
+		t.Errorf("the second member holds %s, want %s", got, withUIDs(live))
+	}
+	if n := read.Load(); n != 0 {
+		t.Errorf("the second member read %d records again; the states hold them", n)
+	}
+	if listed.Load() != int64(len(live)) || other.Load() != 0 {
+		t.Errorf("handlers got %d listed adds and %d other calls; want %d and 0", listed.Load(), other.Load(), len(live))
+	}
+}
+
+// topicEnds returns each partition's end offset.
+func topicEnds(t *testing.T, addr, topic string, partitions int) consumer.Positions {
+	t.Helper()
+	end := consumer.Positions{}
+	for p := 0; p < partitions; p++ {
+		testkit.Eventually(t, fmt.Sprintf("the end offset of %s/%d", topic, p), func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			conn, err := kafkago.DialLeader(ctx, "tcp", addr, topic, p)
+			if err != nil {
+				t.Logf("leader of %s/%d: %v", topic, p, err)
+				return false
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
+			last, err := conn.ReadLastOffset()
+			if err != nil {
+				t.Logf("end offset of %s/%d: %v", topic, p, err)
+			}
+			end[consumer.KafkaPartition(topic, p)] = last
+			return err == nil
+		})
+	}
+	return end
+}
