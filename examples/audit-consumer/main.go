@@ -10,8 +10,11 @@
 // the state after it. kubewire sends it to every partition, so it is
 // written once per partition.
 //
-// It keeps its position in <out>.position and goes on from there when
-// restarted. Delivery is at least once: after a crash some lines are written
+// It keeps its View's state with its position in <out>.state (as
+// docs/consumer.md advises: a View restarted from a position alone would
+// lack every object it read before) and goes on from there when restarted;
+// a <out>.position of an earlier version is read once, if there is no
+// state. Delivery is at least once: after a crash some lines are written
 // again; each carries the event id to deduplicate by.
 //
 //	go run ./examples/audit-consumer --brokers localhost:9092 --topic k8s.core.configmaps --out audit.jsonl
@@ -71,6 +74,12 @@ func run(ctx context.Context, brokers []string, topic, path string, caughtUp fun
 		return err
 	}
 	defer f.Close()
+	statePath := path + ".state"
+	if _, err := os.Stat(statePath); err != nil {
+		// No state yet: the position an earlier version kept, if any,
+		// loaded below into the View's.
+		statePath = ""
+	}
 	start, err := loadPosition(path + ".position")
 	if err != nil {
 		return err
@@ -109,6 +118,12 @@ func run(ctx context.Context, brokers []string, topic, path string, caughtUp fun
 			cancel()
 		}
 	}})
+	if statePath != "" {
+		if err := v.LoadStateFile(statePath); err != nil {
+			return err
+		}
+		start = v.Position()
+	}
 	src, err := consumer.NewKafkaSource(v, consumer.KafkaConfig{Brokers: brokers, Topic: topic, Start: start})
 	if err != nil {
 		return err
@@ -125,9 +140,12 @@ func run(ctx context.Context, brokers []string, topic, path string, caughtUp fun
 		// Keep the old position: the next run writes the lost line again.
 		return werr
 	}
-	// Every line before the View's position was written: keep it for the
-	// next run.
-	if perr := savePosition(path+".position", v.Position()); perr != nil {
+	// Every line before the View's position was written: keep the View
+	// and its position for the next run.
+	if perr := v.SaveStateFile(path + ".state"); perr != nil {
+		return errors.Join(err, perr)
+	}
+	if perr := os.Remove(path + ".position"); perr != nil && !errors.Is(perr, os.ErrNotExist) {
 		return errors.Join(err, perr)
 	}
 	return err

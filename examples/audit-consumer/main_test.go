@@ -13,6 +13,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
@@ -133,8 +134,21 @@ func TestTheAuditConsumerAppendsEveryEventMarksConflatedAndGapsAndResumes(t *tes
 		t.Fatalf("after a restart the file holds\n%q\nwant\n%q", got, second)
 	}
 
-	// A stored position the topic no longer has (it was created again) is
-	// a gap, and the consumer reads on from the first offset.
+	// The state kept holds the View as the run left it: b, and a deleted.
+	kept := consumer.NewView(consumer.Options{})
+	if err := kept.LoadStateFile(out + ".state"); err != nil {
+		t.Fatal(err)
+	}
+	if objs := kept.Objects(""); len(objs) != 1 || objs[0].Key != keyB {
+		t.Fatalf("the state kept holds %v, want only %s", objs, keyB)
+	}
+
+	// A position of an earlier version (kept without a state) that the
+	// topic no longer has (it was created again) is a gap, and the
+	// consumer reads on from the first offset.
+	if err := os.Remove(out + ".state"); err != nil {
+		t.Fatal(err)
+	}
 	if err := savePosition(out+".position", map[string]int64{topic + "/0": 1000}); err != nil {
 		t.Fatal(err)
 	}
