@@ -523,6 +523,7 @@ func restConfig(kubeconfig, kubecontext string) (*rest.Config, string, error) {
 		}
 		return nil, "", usageError{fmt.Errorf("finding the cluster %s: %w", from, err)}
 	}
+	rawDial(rc)
 	// client-go falls back to the service account only when no kubeconfig
 	// names a context.
 	contextName := "in-cluster"

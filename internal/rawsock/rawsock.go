@@ -1,6 +1,9 @@
-// Package rawsock gives the sinks TCP connections that read and write with
-// raw system calls, which keep the Go runtime's sysmon thread asleep while
-// the process waits for a broker or a receiver (see Wrap).
+// Package rawsock gives kubewire's connections (the apiserver's, and each
+// sink's) TCP sockets that read and write with raw system calls, which keep
+// the Go runtime's sysmon thread asleep while the process waits for an
+// event, a broker or a receiver (see Wrap). It pays only once every
+// connection on an event's path is raw: one call through package net per
+// event is enough to wake sysmon.
 package rawsock
 
 import (
