@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/rawsock"
 	"github.com/kubewire/kubewire/internal/secretfile"
 	"github.com/kubewire/kubewire/internal/tlsfiles"
 )
@@ -141,6 +142,12 @@ func (s *Sink) options() ([]natsgo.Option, error) {
 		natsgo.ReconnectWait(c.ReconnectWait.Duration),
 		natsgo.ReconnectBufSize(c.ReconnectBufferBytes),
 		natsgo.Timeout(c.ConnectTimeout.Duration),
+		// Raw system calls on the socket (internal/rawsock): with the
+		// watch's reads raw as well, a publish and its flush's PONG no
+		// longer wake sysmon for every event. nats.go layers TLS over the
+		// dialed connection, and gives a custom dialer no timeout of its
+		// own, so the connect timeout is the dialer's.
+		natsgo.SetCustomDialer(&rawsock.Dialer{Dialer: net.Dialer{Timeout: c.ConnectTimeout.Duration}}),
 		natsgo.DisconnectErrHandler(func(nc *natsgo.Conn, err error) {
 			mConnectionEvents.WithLabelValues(s.name, "disconnected").Inc()
 			s.report(nc, false)
