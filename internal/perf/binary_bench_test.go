@@ -39,7 +39,10 @@ package perf
 // per second and window, default "200:20s,20:30s"; a rate of 0 measures the
 // process idle and reports cpu-µs/s and ctxsw/s instead),
 // KUBEWIRE_BINARY_BENCH_OBJECTS (default 2000), KUBEWIRE_BINARY_BENCH_THREADS=1
-// (log each thread's switches per window). KUBEWIRE_BINARY_BENCH_SMOKE=1
+// (log each thread's switches per window), KUBEWIRE_BINARY_BENCH_PROFILE=DIR
+// (run kubewire with --profiling and write a CPU profile of each rate's
+// first window to DIR; the profiler's signals add switches, so a profiled
+// run's figures are not the unprofiled ones). KUBEWIRE_BINARY_BENCH_SMOKE=1
 // is a check that the harness still runs: stdout only, 200 objects, 200/s
 // for 3 s.
 
@@ -157,7 +160,11 @@ func measureBinary(b *testing.B, k *binaryProcess, kube kubernetes.Interface, ns
 	var switches, events, writes float64
 	var wall time.Duration
 	threads, gone := 0, 0
-	for range b.N {
+	for i := range b.N {
+		if i == 0 && k.pprof != "" {
+			profiled := k.profile(b, r.window)
+			defer func() { <-profiled }()
+		}
 		// The scrapes lie outside the CPU and switch counts: before the
 		// first reading, after the last.
 		ev0, ok0 := k.published()
@@ -208,6 +215,36 @@ func measureBinary(b *testing.B, k *binaryProcess, kube kubernetes.Interface, ns
 	b.ReportMetric(writes/wall.Seconds(), "writes/s")
 	b.Logf("RESULT %s: %.0f events in %s, CPU %s, %.0f context switches, %d threads (%d gone), %d writes skipped by the pacer",
 		b.Name(), events, wall.Round(time.Millisecond), cpu, switches, threads, gone, c.skipped.Load())
+}
+
+// profile fetches a CPU profile of the next window from --profiling's
+// listener into KUBEWIRE_BINARY_BENCH_PROFILE, named after the benchmark;
+// the returned channel closes when it is written.
+func (k *binaryProcess) profile(b *testing.B, window time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	path := filepath.Join(os.Getenv("KUBEWIRE_BINARY_BENCH_PROFILE"), strings.ReplaceAll(b.Name(), "/", "_")+".pprof")
+	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", k.pprof, int(window.Seconds()))
+	go func() {
+		defer close(done)
+		resp, err := http.Get(url)
+		if err != nil {
+			b.Logf("profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(path)
+		if err != nil {
+			b.Logf("profile: %v", err)
+			return
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			b.Logf("profile: %v", err)
+			return
+		}
+		b.Logf("profile of %s written to %s", b.Name(), path)
+	}()
+	return done
 }
 
 var (
@@ -380,6 +417,9 @@ type binaryProcess struct {
 	cmd     *exec.Cmd
 	metrics string
 	stderr  *testkit.Buffer
+	// pprof is the base URL of --profiling's listener, with
+	// KUBEWIRE_BINARY_BENCH_PROFILE.
+	pprof string
 }
 
 func startKubewireBinary(b *testing.B, bin, cfg string) *binaryProcess {
@@ -398,10 +438,16 @@ func startKubewireBinary(b *testing.B, bin, cfg string) *binaryProcess {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(b))
 	cmd := exec.Command(bin, "run", "--config", config, "--kubeconfig", kubeconfig, "--http-address", addr)
+	pprof := ""
+	if os.Getenv("KUBEWIRE_BINARY_BENCH_PROFILE") != "" {
+		paddr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(b))
+		cmd.Args = append(cmd.Args, "--profiling="+paddr)
+		pprof = "http://" + paddr
+	}
 	// The stdout sink writes to /dev/null: what is measured is kubewire,
 	// not a disk or a reader at the other end of a pipe.
 	cmd.Stdout = devNull
-	k := &binaryProcess{cmd: cmd, metrics: "http://" + addr + "/metrics", stderr: &testkit.Buffer{}}
+	k := &binaryProcess{cmd: cmd, metrics: "http://" + addr + "/metrics", stderr: &testkit.Buffer{}, pprof: pprof}
 	cmd.Stderr = k.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
