@@ -77,9 +77,10 @@ type KafkaConfig struct {
 	// OnError, if set, is called each time reading fails (the brokers are
 	// unreachable, the topic is missing, a commit failed, ...), with the
 	// error and how long Run waits before it reads on. It is called from
-	// Run's goroutine and must not block. Without it the failure is logged
-	// with slog.Default at level WARN. To stop at the first failure,
-	// cancel Run's context from it.
+	// Run's goroutine (a group with States: also from its partitions'
+	// goroutines, never two calls at once) and must not block. Without it
+	// the failure is logged with slog.Default at level WARN. To stop at
+	// the first failure, cancel Run's context from it.
 	OnError func(err error, retryIn time.Duration)
 	// MaxBackoff bounds the wait between two attempts, which doubles from
 	// 250ms with each failure in a row. Default DefaultMaxBackoff.
@@ -115,6 +116,8 @@ type KafkaSource struct {
 	// begun is set once an attempt recorded its start in the View: the
 	// next attempts start from the View's position.
 	begun bool
+	// reportMu serialises calls of OnError.
+	reportMu sync.Mutex
 }
 
 // NewKafkaSource binds a source to v; v is not synced until Run caught up
@@ -375,8 +378,8 @@ func (s *KafkaSource) runGroup(ctx context.Context, track *catchUp) error {
 		if err != nil {
 			return s.stopped(ctx, err)
 		}
-		track.read(m.Partition, m.Offset)
 		if next, ok := s.v.positionOf(KafkaPartition(s.cfg.Topic, m.Partition)); ok && m.Offset < next {
+			track.read(m.Partition, m.Offset)
 			// Applied already: each generation of the group starts the
 			// partitions it assigns at their committed offsets, which
 			// trail what this member applied by the uncommitted tail,
@@ -388,6 +391,8 @@ func (s *KafkaSource) runGroup(ctx context.Context, track *catchUp) error {
 			continue
 		}
 		s.handle(m)
+		// Caught up only once the View applied it.
+		track.read(m.Partition, m.Offset)
 		c.add(m)
 		if c.n >= commitBatch || time.Since(c.since) >= s.cfg.CommitInterval {
 			if err := s.commitOrGiveUp(ctx, r, c); err != nil {
@@ -465,6 +470,10 @@ func commitRetriable(err error) bool {
 // report passes a failure Run rides out without a new attempt to OnError,
 // or logs it.
 func (s *KafkaSource) report(err error, retryIn time.Duration) {
+	// A group with States reads each partition on a goroutine of its
+	// own: OnError is never called concurrently.
+	s.reportMu.Lock()
+	defer s.reportMu.Unlock()
 	newRetrier("topic "+s.cfg.Topic, s.cfg.OnError, s.cfg.MaxBackoff).report(err, retryIn)
 }
 

@@ -46,8 +46,29 @@ func (s *KafkaSource) runShared(ctx context.Context) error {
 	// kept holds the partitions of this membership's last generation: the
 	// View is where reading them stopped.
 	kept := map[int]bool{}
+	defer func() {
+		if ctx.Err() != nil {
+			return // Run ends: the View stays as it stands
+		}
+		// Out of the group until the next attempt joins again: the
+		// partitions are another member's meanwhile, and each was saved
+		// when its reader returned. The next membership takes them over
+		// from their saved states.
+		for _, name := range s.v.partitionsHeld() {
+			if _, ok := s.partitionOf(name); ok {
+				s.v.release(name)
+			}
+		}
+	}()
 	for {
 		gen, err := g.Next(ctx)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, kafkago.ErrGroupClosed) {
+			// A join or sync that failed (the coordinator moved, a
+			// rebalance in progress): kafka-go's group tries again by
+			// itself, with the same member when it can.
+			s.report(fmt.Errorf("consumer: group %s: %w", s.cfg.GroupID, err), 0)
+			continue
+		}
 		if err != nil {
 			return s.stopped(ctx, err)
 		}
@@ -64,12 +85,17 @@ func (s *KafkaSource) runShared(ctx context.Context) error {
 				}
 			}
 		}
-		sort.Strings(rb.Revoked)
 		starts, ends := map[int]int64{}, map[int]int64{}
 		for p, c := range committed {
-			start, end, err := s.takeOver(ctx, p, c, kept[p])
+			start, end, replaced, err := s.takeOver(ctx, p, c, kept[p])
 			if err != nil {
 				return err
+			}
+			if replaced {
+				// The View's objects of p gave way to a newer saved
+				// state: what they were is gone as a revoked
+				// partition's is.
+				rb.Revoked = append(rb.Revoked, KafkaPartition(s.cfg.Topic, p))
 			}
 			starts[p], ends[p] = start, end
 			rb.Assigned[KafkaPartition(s.cfg.Topic, p)] = start
@@ -78,6 +104,7 @@ func (s *KafkaSource) runShared(ctx context.Context) error {
 		for p := range committed {
 			kept[p] = true
 		}
+		sort.Strings(rb.Revoked)
 		if s.cfg.OnRebalance != nil {
 			s.cfg.OnRebalance(rb)
 		}
@@ -112,11 +139,11 @@ func (s *KafkaSource) runShared(ctx context.Context) error {
 // partition the member keeps from the last generation goes on from the
 // View's position; a new one from the state it takes over, which is at
 // least as new as the group's offset (a member saves before it commits).
-func (s *KafkaSource) takeOver(ctx context.Context, p int, committed int64, kept bool) (start, end int64, err error) {
+func (s *KafkaSource) takeOver(ctx context.Context, p int, committed int64, kept bool) (start, end int64, replaced bool, err error) {
 	name := KafkaPartition(s.cfg.Topic, p)
 	first, end, err := s.offsets(ctx, p)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	if !kept {
 		// The saved state, unless the View is as far: it read the
@@ -124,18 +151,30 @@ func (s *KafkaSource) takeOver(ctx context.Context, p int, committed int64, kept
 		// loaded from) and no member read on since.
 		state, err := s.cfg.States.Load(ctx, name)
 		if err != nil {
-			return 0, 0, fmt.Errorf("consumer: take over %s: %w", name, err)
+			return 0, 0, false, fmt.Errorf("consumer: take over %s: %w", name, err)
 		}
+		var saved int64
 		if state != nil {
-			saved, err := statePosition(state, name)
-			if err != nil {
-				return 0, 0, fmt.Errorf("consumer: take over %s: %w", name, err)
+			if saved, err = statePosition(state, name); err != nil {
+				return 0, 0, false, fmt.Errorf("consumer: take over %s: %w", name, err)
 			}
-			if o, ok := s.v.positionOf(name); !ok || saved > o {
+		}
+		switch o, held := s.v.positionOf(name); {
+		case state == nil:
+		case saved > end:
+			// Past the partition's end: a state of a topic deleted and
+			// created again. Its objects are not this topic's.
+			s.report(fmt.Errorf("consumer: the saved state of %s stands at %d, past the partition's end %d: the topic was created again? Not taken over; remove the partition's saved states", name, saved, end), 0)
+		case !held || saved > o:
+			if committed >= 0 && saved < committed {
+				s.report(fmt.Errorf("consumer: the saved state of %s stands at %d, behind the group's offset %d (a member saves before it commits: another store, or a listing not yet up to date?); taking it over, handlers see the records in between again", name, saved, committed), 0)
+			}
+			if held {
 				s.v.release(name)
-				if err := s.v.adopt(name, state); err != nil {
-					return 0, 0, fmt.Errorf("consumer: take over %s: %w", name, err)
-				}
+				replaced = true
+			}
+			if err := s.v.adopt(name, state); err != nil {
+				return 0, 0, replaced, fmt.Errorf("consumer: take over %s: %w", name, err)
 			}
 		}
 	}
@@ -156,7 +195,7 @@ func (s *KafkaSource) takeOver(ctx context.Context, p int, committed int64, kept
 		start = first
 	}
 	s.v.startAt(name, start)
-	return start, end, nil
+	return start, end, replaced, nil
 }
 
 // partitionOf returns the partition number of a View partition of this
@@ -251,11 +290,14 @@ func (s *KafkaSource) readShared(ctx, gctx context.Context, gen *kafkago.Generat
 			}
 			return s.stopped(ctx, err)
 		}
-		track.read(p, m.Offset)
 		if next, ok := s.v.positionOf(name); ok && m.Offset < next {
+			track.read(p, m.Offset)
 			continue // the state already holds it
 		}
 		s.handle(m)
+		// Caught up only once the View applied it: WaitForSync must
+		// not return before the last record's change.
+		track.read(p, m.Offset)
 		if n == 0 {
 			since = time.Now()
 		}

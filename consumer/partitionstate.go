@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -199,9 +200,37 @@ func (v *View) adopt(partition string, state []byte) error {
 	v.applyMu.Lock()
 	defer v.applyMu.Unlock()
 	v.mu.Lock()
-	// The loaded state numbers its events on its own: they go after this
-	// View's, in their order, so that the rule compares them as before.
+	// The loaded state numbers its events on its own. They are numbered
+	// again after this View's, in their order, so that the rule compares
+	// them as before, and densely: their count, not the saver's, is what
+	// the View's number grows by, or every hand-off would add the other
+	// partitions' events to it again.
 	base := v.seq
+	var seqs []uint64
+	for _, e := range in.objects {
+		if e.partition == partition {
+			seqs = append(seqs, e.seq)
+		}
+	}
+	for k, e := range in.gone {
+		if e.partition == partition {
+			seqs = append(seqs, e.seq)
+			if s, ok := in.pruned[k]; ok {
+				seqs = append(seqs, s)
+			}
+		}
+	}
+	for wk, w := range in.windows {
+		if wk.partition == partition {
+			seqs = append(seqs, w.start)
+		}
+	}
+	slices.Sort(seqs)
+	seqs = slices.Compact(seqs)
+	renumber := func(s uint64) uint64 {
+		i, _ := slices.BinarySearch(seqs, s)
+		return base + uint64(i) + 1
+	}
 	var cs []change
 	pos, hasPos := in.pos[partition]
 	for k, e := range in.objects {
@@ -209,7 +238,7 @@ func (v *View) adopt(partition string, state []byte) error {
 			continue
 		}
 		e.partition = v.interned(e.partition)
-		e.seq += base
+		e.seq = renumber(e.seq)
 		v.objects[k] = e
 		v.index(e)
 		delete(v.gone, k)
@@ -224,15 +253,15 @@ func (v *View) adopt(partition string, state []byte) error {
 			continue
 		}
 		e.partition = v.interned(e.partition)
-		e.seq += base
+		e.seq = renumber(e.seq)
 		v.gone[k] = e
 		if s, ok := in.pruned[k]; ok {
-			v.pruned[k] = s + base
+			v.pruned[k] = renumber(s)
 		}
 	}
 	for wk, w := range in.windows {
 		if wk.partition == partition {
-			w.start += base
+			w.start = renumber(w.start)
 			v.windows[windowKey{v.interned(wk.partition), wk.snapshotID}] = w
 		}
 	}
@@ -244,7 +273,7 @@ func (v *View) adopt(partition string, state []byte) error {
 	for id := range in.watchGaps {
 		v.watchGaps[id] = struct{}{}
 	}
-	v.seq = base + in.seq
+	v.seq = base + uint64(len(seqs))
 	if hasPos {
 		v.pos[v.interned(partition)] = pos
 	}

@@ -1,7 +1,9 @@
 package consumer_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -67,9 +69,10 @@ func TestAGroupMemberWithStatesTakesOverTheSavedStatesOfItsPartitions(t *testing
 		t.Fatal(err)
 	}
 	if got := strings.Join(viewHolds(t, first), " "); got != strings.Join(withUIDs(live), " ") {
-		t.Fatalf("the first member holds %s, want %s", got, withUIDs(live))
+		t.Fatalf("the first member holds %d: %s, want %d: %s", len(viewHolds(t, first)), got, len(live), withUIDs(live))
 	}
 	stop() // leaves the group: saves and commits each partition
+	firstSeq := stateSeq(t, first)
 
 	var read, listed, other atomic.Int64
 	assigned := make(chan consumer.Rebalance, 4)
@@ -110,6 +113,13 @@ func TestAGroupMemberWithStatesTakesOverTheSavedStatesOfItsPartitions(t *testing
 	if n := read.Load(); n != 0 {
 		t.Errorf("the second member read %d records again; the states hold them", n)
 	}
+	// The View numbers its events for the rule (which keys a snapshot
+	// prunes). A partition's state carries its own newest number, not its
+	// saver's whole count: taking over three partitions from one member
+	// must not triple it, or hand-offs would compound until it wrapped.
+	if got := stateSeq(t, second); got > firstSeq {
+		t.Errorf("the second member's sequence stands at %d after taking over the first's partitions, past the first's %d", got, firstSeq)
+	}
 	if listed.Load() != int64(len(live)) || other.Load() != 0 {
 		t.Errorf("handlers got %d listed adds and %d other calls; want %d and 0", listed.Load(), other.Load(), len(live))
 	}
@@ -139,4 +149,19 @@ func topicEnds(t *testing.T, addr, topic string, partitions int) consumer.Positi
 		})
 	}
 	return end
+}
+
+// stateSeq returns the sequence number in the header of v's saved state.
+func stateSeq(t *testing.T, v *consumer.View) uint64 {
+	t.Helper()
+	var b bytes.Buffer
+	if err := v.SaveState(&b); err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := bytes.Cut(b.Bytes(), []byte("\n"))
+	var h struct{ Seq uint64 }
+	if err := json.Unmarshal(line, &h); err != nil {
+		t.Fatal(err)
+	}
+	return h.Seq
 }
