@@ -76,11 +76,6 @@ func (v *View) saveLocked(w io.Writer, only string) error {
 		if o, ok := v.pos[only]; ok {
 			h.Positions[only] = o
 		}
-		// The newest sequence number the partition's records carry, not
-		// the View's: a View that takes the state over numbers it after
-		// its own, and the View's whole count would make each hand-off
-		// add every other partition's events to the next one's.
-		h.Seq = v.partitionSeqLocked(only)
 	}
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
@@ -155,31 +150,6 @@ func (v *View) saveLocked(w io.Writer, only string) error {
 		return fmt.Errorf("consumer: save state: %w", err)
 	}
 	return nil
-}
-
-// partitionSeqLocked returns the largest sequence number among the records
-// of one partition's state.
-func (v *View) partitionSeqLocked(partition string) uint64 {
-	var most uint64
-	for _, e := range v.objects {
-		if e.partition == partition {
-			most = max(most, e.seq)
-		}
-	}
-	for k, e := range v.gone {
-		if e.partition == partition {
-			most = max(most, e.seq)
-			if s, ok := v.pruned[k]; ok {
-				most = max(most, s)
-			}
-		}
-	}
-	for wk, w := range v.windows {
-		if wk.partition == partition {
-			most = max(most, w.start)
-		}
-	}
-	return most
 }
 
 // ErrStateInUse is returned by LoadState on a View that has already read,

@@ -12,30 +12,18 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubewire/kubewire/internal/rawsock"
+	"github.com/kubewire/kubewire/internal/testkit"
 )
 
 // kubewire's connections to the apiserver must be raw sockets: client-go
 // dials with package net when rest.Config.Dial is nil, and nothing else
 // would notice (docs/benchmarks.md, "The apiserver's connection").
 func TestTheAPIServerIsDialedWithRawSystemCalls(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	addr := testkit.ClosingListener(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
 kind: Config
-clusters: [{name: c, cluster: {server: "https://`+l.Addr().String()+`"}}]
+clusters: [{name: c, cluster: {server: "https://`+addr+`"}}]
 users: [{name: u, user: {token: t}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
@@ -49,7 +37,7 @@ current-context: x
 	if rc.Dial == nil {
 		t.Fatal("the rest.Config has no Dial: client-go would dial with package net's calls")
 	}
-	c, err := rc.Dial(context.Background(), "tcp", l.Addr().String())
+	c, err := rc.Dial(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,28 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// ClosingListener listens on a free port of 127.0.0.1, closes every
+// connection it accepts at once, and returns its address: a peer for tests
+// that only dial. It stops when the test ends.
+func ClosingListener(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listening: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
 // FreePorts returns n distinct free ports. Calling FreePort n times can
 // give the same port twice, as each listener is closed before the next is
 // opened; here every listener stays open until all n are chosen.

@@ -3,10 +3,10 @@
 package kafka
 
 import (
-	"net"
 	"testing"
 
 	"github.com/kubewire/kubewire/internal/rawsock"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -14,21 +14,8 @@ import (
 // give raw sockets: kafka-go falls back to its own dialer, and package net's
 // calls, when Dial is nil, and nothing else would notice.
 func TestTheSinksConnectionsReadAndWriteWithRawSystemCalls(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	s, err := New("raw", &Config{Brokers: []string{l.Addr().String()}}, sinks.Deps{})
+	addr := testkit.ClosingListener(t)
+	s, err := New("raw", &Config{Brokers: []string{addr}}, sinks.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +26,7 @@ func TestTheSinksConnectionsReadAndWriteWithRawSystemCalls(t *testing.T) {
 	if tr.Dial == nil {
 		t.Fatal("the transport has no Dial: kafka-go would dial with package net's calls")
 	}
-	c, err := tr.Dial(t.Context(), "tcp", l.Addr().String())
+	c, err := tr.Dial(t.Context(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

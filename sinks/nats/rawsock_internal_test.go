@@ -3,12 +3,12 @@
 package nats
 
 import (
-	"net"
 	"testing"
 
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/kubewire/kubewire/internal/rawsock"
+	"github.com/kubewire/kubewire/internal/testkit"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -16,21 +16,8 @@ import (
 // give raw sockets: nats.go dials with package net's calls without one, and
 // nothing else would notice.
 func TestTheSinksConnectionsReadAndWriteWithRawSystemCalls(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	s, err := New("raw", &Config{Servers: []string{"nats://" + l.Addr().String()}}, sinks.Deps{})
+	addr := testkit.ClosingListener(t)
+	s, err := New("raw", &Config{Servers: []string{"nats://" + addr}}, sinks.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +34,7 @@ func TestTheSinksConnectionsReadAndWriteWithRawSystemCalls(t *testing.T) {
 	if o.CustomDialer == nil {
 		t.Fatal("no CustomDialer: nats.go would dial with package net's calls")
 	}
-	c, err := o.CustomDialer.Dial("tcp", l.Addr().String())
+	c, err := o.CustomDialer.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
