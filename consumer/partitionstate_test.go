@@ -93,7 +93,7 @@ func TestAGroupMemberWithStatesTakesOverTheSavedStatesOfItsPartitions(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src.Run)
+	stopSecond := runSource(t, src.Run)
 	if err := second.WaitForSync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +122,46 @@ func TestAGroupMemberWithStatesTakesOverTheSavedStatesOfItsPartitions(t *testing
 	}
 	if listed.Load() != int64(len(live)) || other.Load() != 0 {
 		t.Errorf("handlers got %d listed adds and %d other calls; want %d and 0", listed.Load(), other.Load(), len(live))
+	}
+
+	stopSecond()
+
+	// A saved state past the partition's end belongs to a topic deleted
+	// and created again: it is reported, and not taken over.
+	p0 := consumer.KafkaPartition(topic, 0)
+	b, err := store.Load(ctx, p0)
+	if err != nil || b == nil {
+		t.Fatalf("the state of %s: %q, %v", p0, b, err)
+	}
+	past := end[p0] + 1000
+	b = bytes.Replace(b, []byte(fmt.Sprintf("%q:%d", p0, end[p0])), []byte(fmt.Sprintf("%q:%d", p0, past)), 1)
+	if err := store.Save(ctx, p0, past, b); err != nil {
+		t.Fatal(err)
+	}
+	var reported atomic.Value
+	third := consumer.NewView(consumer.Options{})
+	cfg.OnRebalance = nil
+	cfg.OnError = func(err error, _ time.Duration) {
+		if strings.Contains(err.Error(), "past the partition's end") {
+			reported.Store(err.Error())
+		}
+	}
+	src, err = consumer.NewKafkaSource(third, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSource(t, src.Run)
+	if err := third.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if reported.Load() == nil {
+		t.Errorf("a saved state of %s past its end (%d > %d) was not reported", p0, past, end[p0])
+	}
+	if g := third.Stats().Gaps; g != 0 {
+		t.Errorf("the third member recorded %d gaps: it took over the state past the end and then read the partition again", g)
+	}
+	if got := third.Position()[p0]; got != end[p0] {
+		t.Errorf("the third member stands at %d in %s, want the group's offset %d: it took over a state past the end", got, p0, end[p0])
 	}
 }
 
