@@ -11,6 +11,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/internal/apptest"
@@ -63,8 +64,19 @@ func TestTwentyInformersFedByJetStreamAddNoWatchOnTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser))
-	truth := apiServerInformer(t, ns)
+	// kubewire's watch and the truth informer's start after their lists,
+	// so after they report synced: wait until each shows in the count, or
+	// the count taken below would lack it and never come back to itself.
+	watching := func(what string, start func()) {
+		c0 := configMapWatchers(t)
+		start()
+		testkit.Within(t, 15*time.Second, what+"'s watch to show on the apiserver", func() bool {
+			return configMapWatchers(t) > c0
+		})
+	}
+	watching("kubewire", func() { apptest.Start(t, yaml, cluster.RESTConfig(testcluster.AdminUser)) })
+	var truth cache.SharedIndexInformer
+	watching("the truth informer", func() { truth = apiServerInformer(t, ns) })
 	want := strings.Join(identities(truth.GetStore()), "\n")
 
 	nc, err := natsgo.Connect(natsURL)
