@@ -27,9 +27,19 @@ func EncodeHeaderValue(s string) string {
 	if n == 0 {
 		return s
 	}
+	return string(appendHeaderValue(make([]byte, 0, len(s)+2*n), s))
+}
+
+// appendHeaderValue appends s to b percent-encoded as EncodeHeaderValue
+// encodes it.
+func appendHeaderValue(b []byte, s string) []byte {
 	const hex = "0123456789ABCDEF"
-	b := make([]byte, 0, len(s)+2*n)
-	for i := 0; i < len(s); i++ {
+	i := 0
+	for i < len(s) && !mustEscape(s[i]) {
+		i++
+	}
+	b = append(b, s[:i]...)
+	for ; i < len(s); i++ {
 		c := s[i]
 		if mustEscape(c) {
 			b = append(b, '%', hex[c>>4], hex[c&0xf])
@@ -37,7 +47,7 @@ func EncodeHeaderValue(s string) string {
 			b = append(b, c)
 		}
 	}
-	return string(b)
+	return b
 }
 
 // mustEscape reports whether a byte of a UTF-8 string must be
@@ -151,6 +161,31 @@ func SetTextHeaders[H ~map[string][]string](h H, ev *Event) {
 		vals = append(vals, EncodeHeaderValue(v))
 		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
+	eachTextHeader(ev, set, func(name string, t time.Time) { set(name, t.Format(time.RFC3339Nano)) })
+}
+
+// AppendTextHeaders appends to b the headers SetTextHeaders sets, as
+// header lines ("ce-id: value\r\n", the form HTTP/1.1 and NATS share), for
+// a sink that writes its requests itself. It allocates only to grow b.
+func AppendTextHeaders(b []byte, ev *Event) []byte {
+	eachTextHeader(ev, func(name, v string) {
+		b = append(b, name...)
+		b = append(b, ": "...)
+		b = appendHeaderValue(b, v)
+		b = append(b, "\r\n"...)
+	}, func(name string, t time.Time) {
+		b = append(b, name...)
+		b = append(b, ": "...)
+		b = t.AppendFormat(b, time.RFC3339Nano) // nothing in it to escape
+		b = append(b, "\r\n"...)
+	})
+	return b
+}
+
+// eachTextHeader calls set with each attribute's header and value, in the
+// order SetTextHeaders documents, and setTime with the time, which callers
+// format as they can afford.
+func eachTextHeader(ev *Event, set func(name, v string), setTime func(name string, t time.Time)) {
 	set(textHeaderID, ev.ID())
 	set(textHeaderSource, ev.Source())
 	set(textHeaderType, ev.Type())
@@ -158,7 +193,7 @@ func SetTextHeaders[H ~map[string][]string](h H, ev *Event) {
 		set(textHeaderSubject, v)
 	}
 	if t := ev.Time(); !t.IsZero() {
-		set(textHeaderTime, t.UTC().Format(time.RFC3339Nano))
+		setTime(textHeaderTime, t.UTC())
 	}
 	if v := ev.DataSchema(); v != "" {
 		set(textHeaderDataSchema, v)

@@ -43,23 +43,38 @@ var (
 	batchValue       = []string{ContentTypeBatch}
 )
 
-// binaryHeader maps ev to binary-mode headers: one ce- header per
-// attribute and extension, and datacontenttype as Content-Type. extra is
-// how many more headers the caller adds, so that the map is sized once.
-func binaryHeader(ev *encoding.Event, extra int) (nethttp.Header, error) {
-	h := make(nethttp.Header, 8+ev.Len()+extra)
-	h[headerSpecVersion] = specVersionValue
-	encoding.SetTextHeaders(h, ev)
+// request is one POST's own part: the binary-mode event whose attributes
+// become headers (nil in the structured modes), the Content-Type, and the
+// body. The sink adds its static and auth headers.
+type request struct {
+	binary      *encoding.Event
+	contentType []string // nil for none
+	body        []byte
+}
+
+// binaryContentType is the Content-Type of ev in binary mode: its
+// datacontenttype, nil when it has none.
+func binaryContentType(ev *encoding.Event) ([]string, error) {
 	switch ct := ev.DataContentType(); {
 	case ct == "":
+		return nil, nil
 	case ct == event.ApplicationJSON:
-		h[headerContentType] = jsonContentType
+		return jsonContentType, nil
 	case checkHeaderValue(ct) != "":
 		return nil, fmt.Errorf("datacontenttype %q cannot be a Content-Type header", ct)
 	default:
-		h[headerContentType] = []string{ct}
+		return []string{ct}, nil
 	}
-	return h, nil
+}
+
+// binaryHeader maps ev to binary-mode headers for net/http: one ce- header
+// per attribute and extension. extra is how many more headers the caller
+// adds, so that the map is sized once.
+func binaryHeader(ev *encoding.Event, extra int) nethttp.Header {
+	h := make(nethttp.Header, 8+ev.Len()+extra)
+	h[headerSpecVersion] = specVersionValue
+	encoding.SetTextHeaders(h, ev)
+	return h
 }
 
 // structuredBody is ev in the JSON event format. It calls the event's

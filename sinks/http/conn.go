@@ -92,6 +92,7 @@ type conn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
+	head   []byte // a request's head, built by the sink (postDirect)
 }
 
 // RoundTrip sends req on a connection of its own and reads the answer. The
@@ -109,16 +110,52 @@ func (t *connTransport) RoundTrip(req *nethttp.Request) (*nethttp.Response, erro
 		return nil, ctxError(ctx, err)
 	}
 	deadline, _ := ctx.Deadline() // the zero time, none, when it has none
-	_ = c.nc.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
-
-	// A receiver may answer before it has read the whole request (a 413,
-	// say) and close; its answer is then worth more than the write's error,
-	// as net/http has it.
+	stop := c.watch(ctx, deadline)
 	werr := req.Write(c.bw)
 	if werr == nil {
 		werr = c.bw.Flush()
 	}
+	return c.answer(ctx, req, werr, stop)
+}
+
+// exchange writes a request the caller serialised (head, then body) and
+// reads its answer, as RoundTrip does for a *nethttp.Request. deadline
+// bounds it, up to the response body's Close, and so does ctx.
+func (c *conn) exchange(ctx context.Context, deadline time.Time, head, body []byte) (*nethttp.Response, error) {
+	stop := c.watch(ctx, deadline)
+	_, werr := c.bw.Write(head)
+	if werr == nil {
+		_, werr = c.bw.Write(body)
+	}
+	if werr == nil {
+		werr = c.bw.Flush()
+	}
+	return c.answer(ctx, postRequest, werr, stop)
+}
+
+// postRequest is what net/http's response reader is told the request was:
+// it looks at the method alone.
+var postRequest = &nethttp.Request{Method: nethttp.MethodPost}
+
+// watch sets the connection's deadline, and moves it to the past when ctx
+// ends first, which ends a blocked read or write at once without a
+// goroutine to watch ctx. The returned stop reports false if ctx ended
+// meanwhile.
+func (c *conn) watch(ctx context.Context, deadline time.Time) (stop func() bool) {
+	_ = c.nc.SetDeadline(deadline)
+	if ctx.Done() == nil {
+		return neverEnded
+	}
+	return context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+}
+
+func neverEnded() bool { return true }
+
+// answer reads the answer to req, whose write ended with werr. A receiver
+// may answer before it has read the whole request (a 413, say) and close;
+// its answer is then worth more than the write's error, as net/http has
+// it.
+func (c *conn) answer(ctx context.Context, req *nethttp.Request, werr error, stop func() bool) (*nethttp.Response, error) {
 	resp, rerr := c.readResponse(req)
 	if rerr != nil {
 		stop()
