@@ -207,6 +207,12 @@ func ctxError(ctx context.Context, err error) error {
 
 // get returns an idle connection that still looks alive, or dials one.
 func (t *connTransport) get(ctx context.Context) (*conn, error) {
+	return t.getBy(ctx, time.Time{})
+}
+
+// getBy is get with a deadline for the dial too, when ctx does not carry
+// the request's deadline (postDirect); the zero time adds none.
+func (t *connTransport) getBy(ctx context.Context, deadline time.Time) (*conn, error) {
 	now := time.Now()
 	t.mu.Lock()
 	for len(t.idle) > 0 {
@@ -223,6 +229,11 @@ func (t *connTransport) get(ctx context.Context) (*conn, error) {
 	t.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
 	return t.dial(ctx)
 }

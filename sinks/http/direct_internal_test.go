@@ -3,8 +3,13 @@ package httpsink
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
 	"io"
+	"net"
 	nethttp "net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -111,4 +116,30 @@ func readRequest(t *testing.T, b []byte) parsedRequest {
 		t.Errorf("%d bytes after the request", br.Buffered())
 	}
 	return parsedRequest{req.Method, req.RequestURI, req.Host, req.Proto, req.Header, req.ContentLength, body}
+}
+
+// A request the sink writes itself has no context of its own carrying the
+// sink's timeout, so a connection dialled for it must end at the request's
+// deadline, not at the dial's or the TLS handshake's own (10 s each).
+func TestADialForADirectRequestEndsAtTheRequestsDeadline(t *testing.T) {
+	// Never accepted: the kernel completes the TCP handshake, and no one
+	// answers the TLS one.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ct := newConnTransport(&url.URL{Scheme: "https", Host: l.Addr().String()}, &tls.Config{})
+	start := time.Now()
+	c, err := ct.getBy(context.Background(), start.Add(200*time.Millisecond))
+	if err == nil {
+		c.close()
+		t.Fatal("a TLS handshake nobody answered succeeded")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want the deadline's", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the dial took %v, past the request's deadline of 200ms", took)
+	}
 }

@@ -608,7 +608,7 @@ func (s *Sink) postDirect(ctx context.Context, ct *connTransport, r *request, au
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	c, err := ct.get(ctx)
+	c, err := ct.getBy(ctx, deadline)
 	if err != nil {
 		return nil, ctxError(ctx, err)
 	}
