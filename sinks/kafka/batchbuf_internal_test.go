@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
-	"github.com/segmentio/kafka-go/protocol/produce"
-	"github.com/segmentio/kafka-go/protocol/rawproduce"
 
 	"github.com/kubewire/kubewire/internal/config"
 )
@@ -36,12 +33,8 @@ type broker struct {
 	discard bool
 }
 
-func (b *broker) RoundTrip(_ context.Context, _ net.Addr, req kafkago.Request) (kafkago.Response, error) {
-	r, ok := req.(*rawproduce.Request)
-	if !ok {
-		return nil, fmt.Errorf("unexpected request %T", req)
-	}
-	rs := r.Topics[0].Partitions[0].RecordSet.Reader
+func (b *broker) rawProduce(_ context.Context, p *partition, raw []byte) (*kafkago.ProduceResponse, error) {
+	rs := bytes.NewReader(raw)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	how := ""
@@ -63,10 +56,7 @@ func (b *broker) RoundTrip(_ context.Context, _ net.Addr, req kafkago.Request) (
 		}
 		b.got = append(b.got, raw)
 	}
-	return &produce.Response{Topics: []produce.ResponseTopic{{
-		Topic:      r.Topics[0].Topic,
-		Partitions: []produce.ResponsePartition{{Partition: r.Topics[0].Partitions[0].Partition}},
-	}}}, nil
+	return &kafkago.ProduceResponse{}, nil
 }
 
 // brokerPartition is an idempotent partition, with no loop running, that
@@ -78,7 +68,7 @@ func brokerPartition(b *broker) *partition {
 		log:        slog.New(slog.DiscardHandler),
 		idempotent: true,
 		acks:       kafkago.RequireAll,
-		client:     &kafkago.Client{Addr: kafkago.TCP("broker:9092"), Transport: b},
+		produce:    b,
 	}
 	return &partition{s: s, topic: "t", producer: producer{id: 7, valid: true},
 		objects: map[string]struct{}{}, resolved: map[recordKey]struct{}{}}

@@ -77,8 +77,9 @@ const (
 	// second to every change; Java's producer defaults to 5ms since 4.0.
 	DefaultBatchLinger = 5 * time.Millisecond
 	MaxBatchLinger     = 10 * time.Second
-	// DefaultRequestTimeout bounds one produce round trip. kafka-go
-	// gives the broker half of it, so the broker answers before we give up.
+	// DefaultRequestTimeout bounds one produce round trip. The leader
+	// waits at most brokerAckTimeout of it for its followers, so the
+	// broker answers before we give up.
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultDialTimeout    = 10 * time.Second
 	// MaxTopicLength is Kafka's limit on a topic name.

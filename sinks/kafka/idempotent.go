@@ -68,17 +68,18 @@ import (
 // A pending batch goes out again only when the loop sends its next request,
 // that is when a Write reaches it (the dispatcher's retry, with its
 // backoff, or a newer Write), so it never spins. Each copy goes to the
-// partition's leader as kafka-go's transport knows it: Client.RawProduce
-// looks the leader up in the transport's cached metadata for every request.
-// kafka-go does not refresh that cache when a broker answers
-// NOT_LEADER_OR_FOLLOWER, but refreshes it at random within every
-// MetadataTTL (two seconds, see newTransport) and keeps the last good one
-// while a refresh fails, so after a leader change the copies reach the new
-// leader within about MetadataTTL.
+// partition's leader as kafka-go's transport knows it: after any failure
+// the partition looks the leader up again in the transport's cached
+// metadata (produceconn.go). kafka-go does not refresh that cache when a
+// broker answers NOT_LEADER_OR_FOLLOWER, but refreshes it at random within
+// every MetadataTTL (two seconds, see newTransport) and keeps the last good
+// one while a refresh fails, so after a leader change the copies reach the
+// new leader within about MetadataTTL.
 //
 // kafka-go writes -1 (no producer) into every record batch it encodes and
 // has no idempotent producer, so the batch is encoded by kafka-go, the
-// producer fields are written into it, and it is sent with RawProduce.
+// producer fields are written into it, and it is sent on the sink's own
+// produce connections (produceconn.go).
 
 // producer is a partition's idempotent producer state. The zero value has
 // no id yet.
@@ -291,9 +292,8 @@ type pending struct {
 	// broker appended it.
 	doubt bool
 	// unanswered is set once a call to send a copy returned without the
-	// broker's answer (a deadline, a broken connection). kafka-go may then
-	// still be reading raw in the connection's goroutine, so the batch's
-	// buffer is never reused (see recycle).
+	// broker's answer (a deadline, a broken connection). The batch's buffer
+	// is then never reused (see recycle).
 	unanswered bool
 }
 
@@ -454,11 +454,10 @@ func (p *partition) encodeCompressed(pd *pending) ([]byte, error) {
 
 // recycle keeps the storage of pd, a batch that is no longer pending, for
 // the partition's next batch. Only a batch whose every copy was answered
-// is kept: kafka-go reads raw in a connection's goroutine, which is done
-// with it once it delivers the broker's answer, but may still be at it
-// after a call that gave up waiting (see Client.RawProduce and the
-// Transport's conn.run). Resends are rare, so dropping such a buffer costs
-// nothing that matters.
+// is kept: a rawProducer is done with raw once it returns an answer, but
+// one that gave up waiting may not be (kafka-go's Transport, which sent
+// these before produceconn.go, read raw in a goroutine of its own).
+// Resends are rare, so dropping such a buffer costs nothing that matters.
 func (p *partition) recycle(pd *pending) {
 	if pd.unanswered {
 		return
@@ -505,12 +504,7 @@ func (p *partition) sendPending() error {
 	s, pd := p.s, p.pending
 	pd.sends++
 	err := p.roundTrip(pd.records, func(ctx context.Context) (*kafkago.ProduceResponse, error) {
-		res, err := s.client.RawProduce(ctx, &kafkago.RawProduceRequest{
-			Topic:        p.topic,
-			Partition:    p.id,
-			RequiredAcks: s.acks,
-			RawRecords:   protocol.RawRecordSet{Reader: bytes.NewReader(pd.raw)},
-		})
+		res, err := s.produce.rawProduce(ctx, p, pd.raw)
 		if err != nil {
 			pd.unanswered = true
 		}

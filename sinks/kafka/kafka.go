@@ -72,9 +72,14 @@ type Sink struct {
 	mu        sync.Mutex
 	transport *kafkago.Transport
 	client    *kafkago.Client
-	topics    map[string]*topic
-	sources   map[string]string // CloudEvent source -> topic
-	closed    bool
+	// produceConns carry the idempotent producer's requests
+	// (produceconn.go), and produce is where they go: produceConns, or a
+	// test's broker. Both are set with client.
+	produceConns *produceConns
+	produce      rawProducer
+	topics       map[string]*topic
+	sources      map[string]string // CloudEvent source -> topic
+	closed       bool
 	// spare is the producer id Connect got to check that the principal
 	// may produce idempotently; the first partition to need one takes it.
 	spare producer
@@ -196,6 +201,8 @@ func (s *Sink) connect(ctx context.Context) error {
 		}
 		s.transport = tr
 		s.client = &kafkago.Client{Addr: kafkago.TCP(s.cfg.Brokers...), Transport: tr}
+		s.produceConns = newProduceConns(s.client, tr)
+		s.produce = s.produceConns
 	}
 	client := s.client
 	s.mu.Unlock()
@@ -247,7 +254,7 @@ func (s *Sink) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
-	tr := s.transport
+	tr, pcs := s.transport, s.produceConns
 	s.mu.Unlock()
 	s.stop()
 	done := make(chan struct{})
@@ -259,6 +266,9 @@ func (s *Sink) Close(ctx context.Context) error {
 	}
 	if tr != nil {
 		tr.CloseIdleConnections()
+	}
+	if pcs != nil {
+		pcs.close()
 	}
 	return nil
 }

@@ -75,7 +75,10 @@ type partition struct {
 	// producer, objects (the objects in the request being built), pending
 	// and resolved are used by run's goroutine only.
 	producer producer
-	objects  map[string]struct{}
+	// leader is the address of the partition's leader, "" until looked up
+	// and after a failure (rawProduce).
+	leader  string
+	objects map[string]struct{}
 	// pending is the request whose outcome is not known yet; it goes out
 	// again, unchanged, before anything else (see idempotent.go).
 	pending *pending
@@ -297,8 +300,9 @@ func (p *partition) send(batch []*unit) {
 
 // produce sends one request and waits for its answer. Its context is not
 // the Write's: a request on the wire is always seen through to the broker's
-// answer or to the deadline, which closes the connection under it. kafka-go
-// gives the broker half the deadline, so normally the broker answers first.
+// answer or to the deadline, which closes the connection under it. The
+// leader waits at most brokerAckTimeout for its followers, so normally the
+// broker answers first.
 func (p *partition) produce(items []item) error {
 	s := p.s
 	if s.idempotent {
