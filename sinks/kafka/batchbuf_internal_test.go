@@ -33,7 +33,7 @@ type broker struct {
 	discard bool
 }
 
-func (b *broker) rawProduce(_ context.Context, p *partition, raw []byte) (*kafkago.ProduceResponse, error) {
+func (b *broker) rawProduce(_ time.Time, p *partition, raw []byte) (*kafkago.ProduceResponse, error) {
 	rs := bytes.NewReader(raw)
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -503,8 +503,8 @@ func (p *partition) skipResolved(batch []*unit) {
 func (p *partition) sendPending() error {
 	s, pd := p.s, p.pending
 	pd.sends++
-	err := p.roundTrip(pd.records, func(ctx context.Context) (*kafkago.ProduceResponse, error) {
-		res, err := s.produce.rawProduce(ctx, p, pd.raw)
+	err := p.roundTrip(pd.records, func(deadline time.Time) (*kafkago.ProduceResponse, error) {
+		res, err := s.produce.rawProduce(deadline, p, pd.raw)
 		if err != nil {
 			pd.unanswered = true
 		}

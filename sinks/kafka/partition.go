@@ -317,7 +317,9 @@ func (p *partition) produce(items []item) error {
 	// waiting.
 	recs := make([]kafkago.Record, len(rs))
 	setRecords(recs, make([]payload, 2*len(rs)), rs)
-	return p.roundTrip(rs, func(ctx context.Context) (*kafkago.ProduceResponse, error) {
+	return p.roundTrip(rs, func(deadline time.Time) (*kafkago.ProduceResponse, error) {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
 		return s.client.Produce(ctx, &kafkago.ProduceRequest{
 			Topic:        p.topic,
 			Partition:    p.id,
@@ -342,12 +344,10 @@ func setRecords(recs []kafkago.Record, bs []payload, rs []record) {
 // roundTrip makes one produce request for rs, bounded by requestTimeout,
 // and counts it. A duplicate-sequence answer is a success: the broker holds
 // the batch from an earlier copy.
-func (p *partition) roundTrip(rs []record, do func(context.Context) (*kafkago.ProduceResponse, error)) error {
+func (p *partition) roundTrip(rs []record, do func(deadline time.Time) (*kafkago.ProduceResponse, error)) error {
 	s := p.s
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout.Duration)
-	defer cancel()
 	start := time.Now()
-	res, err := do(ctx)
+	res, err := do(start.Add(s.cfg.RequestTimeout.Duration))
 	m := s.series()
 	m.observeProduce(time.Since(start).Seconds())
 	if err == nil && res != nil && res.Error != nil && !errors.Is(res.Error, kafkago.DuplicateSequenceNumber) {

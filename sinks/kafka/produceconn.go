@@ -72,15 +72,15 @@ func newProduceConns(c *kafkago.Client, tr *kafkago.Transport) *produceConns {
 	return &produceConns{tr: tr, client: c, idle: make(map[string][]*produceConn)}
 }
 
-// get returns an idle connection to addr, or dials one.
+// get returns an idle connection to addr, or dials one. A connection idle
+// for longer than the Transport's IdleTimeout is closed instead: brokers
+// close idle connections too (connections.max.idle.ms), and a request
+// written to one of those would fail for nothing.
 func (cs *produceConns) get(ctx context.Context, addr string) (*produceConn, error) {
-	cs.mu.Lock()
-	if l := cs.idle[addr]; len(l) > 0 {
-		c := l[len(l)-1]
-		cs.idle[addr] = l[:len(l)-1]
-		cs.mu.Unlock()
+	if c := cs.idleConn(addr, time.Now()); c != nil {
 		return c, nil
 	}
+	cs.mu.Lock()
 	closed := cs.closed
 	cs.mu.Unlock()
 	if closed {
@@ -89,16 +89,58 @@ func (cs *produceConns) get(ctx context.Context, addr string) (*produceConn, err
 	return cs.dial(ctx, addr)
 }
 
+// idleConn takes the most recently used idle connection to addr that has
+// not been idle too long, or returns nil.
+func (cs *produceConns) idleConn(addr string, now time.Time) *produceConn {
+	var found *produceConn
+	var stale []*produceConn
+	cs.mu.Lock()
+	for l := cs.idle[addr]; len(l) > 0 && found == nil; l = cs.idle[addr] {
+		c := l[len(l)-1]
+		cs.idle[addr] = l[:len(l)-1]
+		if now.Sub(c.idleAt) < cs.idleTimeout() {
+			found = c
+		} else {
+			stale = append(stale, c)
+		}
+	}
+	cs.mu.Unlock()
+	for _, c := range stale {
+		_ = c.nc.Close() // TLS writes its close_notify: not under the lock
+	}
+	return found
+}
+
+// idleTimeout is kafka-go's Transport's, with its default.
+func (cs *produceConns) idleTimeout() time.Duration {
+	if cs.tr.IdleTimeout > 0 {
+		return cs.tr.IdleTimeout
+	}
+	return 30 * time.Second
+}
+
 // put gives c back after a request that was answered.
 func (cs *produceConns) put(c *produceConn) {
+	c.idleAt = time.Now()
 	cs.mu.Lock()
 	if cs.closed || len(cs.idle[c.addr]) >= maxIdleProduceConns {
 		cs.mu.Unlock()
 		_ = c.nc.Close()
 		return
 	}
-	cs.idle[c.addr] = append(cs.idle[c.addr], c)
+	// The list is in the order of use: what has been idle too long is at
+	// its start.
+	l := cs.idle[c.addr]
+	stale := 0
+	for stale < len(l) && c.idleAt.Sub(l[stale].idleAt) >= cs.idleTimeout() {
+		stale++
+	}
+	old := append([]*produceConn(nil), l[:stale]...)
+	cs.idle[c.addr] = append(append(l[:0], l[stale:]...), c)
 	cs.mu.Unlock()
+	for _, o := range old {
+		_ = o.nc.Close()
+	}
 }
 
 // close closes the idle connections, and every other one as it is given
@@ -235,13 +277,13 @@ type produceConn struct {
 	version  int16
 	corr     int32
 	buf      []byte // the request being written, then the answer
+	idleAt   time.Time
 }
 
 // produce sends one partition's record batch (records as kafka-go's
 // RecordSet writes it: its size, then the batch) and reads the answer,
-// within ctx's deadline. Any error leaves the connection unusable.
-func (c *produceConn) produce(ctx context.Context, topic string, partition int32, acks kafkago.RequiredAcks, records []byte) (*kafkago.ProduceResponse, error) {
-	deadline, _ := ctx.Deadline() // none: the zero time
+// within deadline. Any error leaves the connection unusable.
+func (c *produceConn) produce(deadline time.Time, topic string, partition int32, acks kafkago.RequiredAcks, records []byte) (*kafkago.ProduceResponse, error) {
 	_ = c.nc.SetDeadline(deadline)
 	c.corr++
 	b := c.appendRequest(c.buf[:0], topic, partition, acks, brokerAckTimeout, records)
@@ -413,23 +455,32 @@ func (r *answerReader) nullableString() string {
 // partition's leader and returns the answer as kafka-go's RawProduce
 // would: produceConns, or a test's broker.
 type rawProducer interface {
-	rawProduce(ctx context.Context, p *partition, raw []byte) (*kafkago.ProduceResponse, error)
+	rawProduce(deadline time.Time, p *partition, raw []byte) (*kafkago.ProduceResponse, error)
 }
 
 // rawProduce sends raw on one of the sink's produce connections to the
-// partition's leader. It runs in the partition's goroutine, which alone
-// uses p.leader.
-func (cs *produceConns) rawProduce(ctx context.Context, p *partition, raw []byte) (*kafkago.ProduceResponse, error) {
-	addr, err := cs.leaderAddr(ctx, p)
-	if err != nil {
-		return nil, err
+// partition's leader, within deadline. It runs in the partition's
+// goroutine, which alone uses p.leader. A context is made only to look the
+// leader up or to dial, which a request on a kept connection needs neither
+// of: it would cost a timer per request.
+func (cs *produceConns) rawProduce(deadline time.Time, p *partition, raw []byte) (*kafkago.ProduceResponse, error) {
+	addr, c := p.leader, (*produceConn)(nil)
+	if addr != "" {
+		c = cs.idleConn(addr, time.Now())
 	}
-	c, err := cs.get(ctx, addr)
-	if err != nil {
-		p.leader = ""
-		return nil, err
+	if c == nil {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		var err error
+		if addr, err = cs.leaderAddr(ctx, p); err != nil {
+			return nil, err
+		}
+		if c, err = cs.get(ctx, addr); err != nil {
+			p.leader = ""
+			return nil, err
+		}
 	}
-	res, err := c.produce(ctx, p.topic, int32(p.id), p.s.acks, raw)
+	res, err := c.produce(deadline, p.topic, int32(p.id), p.s.acks, raw)
 	if err != nil {
 		_ = c.nc.Close()
 		p.leader = ""

@@ -2,7 +2,10 @@ package kafka
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
+	"net"
 	"reflect"
 	"testing"
 	"time"
@@ -112,5 +115,32 @@ func TestAMalformedProduceAnswerIsAnError(t *testing.T) {
 	}
 	if _, err := parseProduceAnswer(body, 8, "u", 5); !errors.Is(err, errBadProduceAnswer) {
 		t.Errorf("an answer for another topic: err = %v", err)
+	}
+}
+
+// A produce connection idle for longer than the Transport's IdleTimeout
+// may have been closed by the broker: it is closed and a new one dialled,
+// while a fresh one is reused as it is.
+func TestAProduceConnectionIdleTooLongIsNotReused(t *testing.T) {
+	dials := 0
+	tr := &kafkago.Transport{IdleTimeout: time.Minute, Dial: func(context.Context, string, string) (net.Conn, error) {
+		dials++
+		return nil, errors.New("no broker in this test")
+	}}
+	cs := newProduceConns(nil, tr)
+	fresh, freshPeer := net.Pipe()
+	defer freshPeer.Close()
+	cs.put(&produceConn{addr: "broker:9092", nc: fresh})
+	c, err := cs.get(context.Background(), "broker:9092")
+	if err != nil || c.nc != fresh || dials != 0 {
+		t.Fatalf("a connection idle for no time was not reused: %v, %d dials", err, dials)
+	}
+	cs.put(c)
+	c.idleAt = time.Now().Add(-2 * time.Minute)
+	if _, err := cs.get(context.Background(), "broker:9092"); err == nil || dials != 1 {
+		t.Fatalf("a connection idle for 2 minutes was reused (err %v, %d dials)", err, dials)
+	}
+	if _, err := freshPeer.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("the stale connection was left open: read %v", err)
 	}
 }
