@@ -292,9 +292,12 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			logStartup(log, rc, contextName, cfg)
+			// Signals are caught before the line that says kubewire is
+			// starting: a SIGTERM sent as soon as it shows (a rollout, a
+			// test) drains instead of killing the process.
 			ctx, stop := signalContext(log)
 			defer stop()
+			logStartup(log, rc, contextName, cfg)
 			go procs.Adapt(ctx, log)
 			opts := app.Options{Config: cfg, REST: rc, Logger: log, Stdout: stdout}
 			if cpName != "" {
