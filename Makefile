@@ -29,7 +29,7 @@ build:
 
 ## testbin: build kube-apiserver and etcd once into the cache outside the repo
 testbin:
-	$(GO) run ./internal/testcluster/cmd/testbin
+	$(GO) run ./internal/testing/testcluster/cmd/testbin
 
 ## test: unit and integration tests, with a real kube-apiserver, etcd and NATS
 test: testbin lint
@@ -37,7 +37,7 @@ test: testbin lint
 
 ## testbin-node: testbin, and the kubelet, kube-controller-manager, kube-scheduler and kube-proxy that make e2e-cluster runs
 testbin-node:
-	$(GO) run ./internal/testcluster/cmd/testbin -node
+	$(GO) run ./internal/testing/testcluster/cmd/testbin -node
 
 ## e2e: tests against real external brokers (Apache Kafka); tagged e2e
 e2e: testbin
@@ -48,7 +48,7 @@ e2e: testbin
 # is (no race detector), and a race build of Helm's dependencies for the
 # harness costs minutes.
 e2e-cluster: testbin-node
-	$(GO) test $(filter-out -race,$(TESTFLAGS)) -tags cluster -run 'Cluster' -timeout 30m ./internal/nodecluster/...
+	$(GO) test $(filter-out -race,$(TESTFLAGS)) -tags cluster -run 'Cluster' -timeout 30m ./internal/testing/nodecluster/...
 
 ## bench: benchmarks (never part of make test)
 bench:

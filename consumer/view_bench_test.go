@@ -8,7 +8,7 @@ import (
 
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
 // benchEvent is the added event of object i of kind k at rv, as kubewire

@@ -17,8 +17,8 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/testkit"
-	"github.com/kubewire/kubewire/internal/testkit/memsink"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
 )
 
 var res = informer.NewResource("test", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)

@@ -15,9 +15,9 @@ import (
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/testkit/memsink"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
+	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
 )
 
 // drainEvents is how many spooled events BenchmarkDrain delivers: the

@@ -17,8 +17,8 @@ import (
 	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/testkit"
-	"github.com/kubewire/kubewire/internal/testkit/memsink"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
 )
 
 // spoolFor gives a new dispatcher for owner's sink a spool in dir, and

@@ -10,8 +10,8 @@ import (
 
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/testkit"
-	"github.com/kubewire/kubewire/internal/testkit/memsink"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
 )
 
 // unreachable is a sink whose broker never answers.

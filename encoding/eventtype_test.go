@@ -14,7 +14,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
 func TestExtensionsBeyondTheInlineOnesAreKeptInOrder(t *testing.T) {

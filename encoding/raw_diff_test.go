@@ -14,8 +14,8 @@ import (
 
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
-	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
 // unicodePod has the strings that trip byte-level code: escapes, unicode

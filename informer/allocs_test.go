@@ -3,7 +3,7 @@ package informer
 import (
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
 // The handler's share of the per-event cost on the raw cache (the

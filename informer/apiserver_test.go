@@ -17,7 +17,7 @@ import (
 
 	"github.com/kubewire/kubewire/informer/raw"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // fakeAPIServer serves LIST and WATCH of core/v1 configmaps over real HTTP,

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 func TestShutdownHandsEveryNotificationQueuedBehindASlowHandlerToTheOutput(t *testing.T) {

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubewire/kubewire/informer/raw"
-	"github.com/kubewire/kubewire/internal/benchdata"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 func rawAt(t testing.TB, name, rv string) *raw.Object {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // doneOutput acknowledges every change at once.

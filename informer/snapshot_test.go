@@ -10,7 +10,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // resourceVersions lists the Op and resourceVersion of every change of key.

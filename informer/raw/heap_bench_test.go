@@ -5,8 +5,8 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
 // BenchmarkHeapPerCachedObject measures the heap each cached object retains

@@ -3,7 +3,7 @@ package raw
 import (
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
 // BenchmarkNew builds each benchmark kind's object as a watch event does.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
 // scanGJSON is the oracle of scanFast: wherever the single pass answers, it

@@ -17,7 +17,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testcluster"
 )
 
 const cfgHeader = `apiVersion: kubewire.io/v1alpha1

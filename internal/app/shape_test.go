@@ -16,7 +16,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testcluster"
 )
 
 // secretEncodings are every form in which a value could leak: plain, and

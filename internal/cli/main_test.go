@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testcluster"
 )
 
 // limitedUser authenticates to the test cluster with no permissions beyond

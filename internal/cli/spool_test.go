@@ -13,7 +13,7 @@ import (
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/testkit/memsink"
+	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
 )
 
 // withSpoolDir makes a config spool into a directory of the test's own, so

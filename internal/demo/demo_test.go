@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // children lists the PIDs whose parent is pid.

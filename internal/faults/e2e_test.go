@@ -16,13 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/natstest"
-	"github.com/kubewire/kubewire/internal/testcluster"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/apptest"
+	"github.com/kubewire/kubewire/internal/testing/kafkatest"
+	"github.com/kubewire/kubewire/internal/testing/natstest"
+	"github.com/kubewire/kubewire/internal/testing/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // realBrokers routes ns's ConfigMaps to real Apache Kafka, a nats-server

@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubewire/kubewire/consumer"
-	"github.com/kubewire/kubewire/internal/apptest"
-	"github.com/kubewire/kubewire/internal/testcluster"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/apptest"
+	"github.com/kubewire/kubewire/internal/testing/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // configMapWatchers sums the open ConfigMap watches, read from the

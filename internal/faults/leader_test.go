@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/checkpoint"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/apptest"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 func electionFlags(ns, lease, renew string) []string {

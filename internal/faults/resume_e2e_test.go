@@ -14,12 +14,12 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/checkpoint"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/kafkatest"
-	"github.com/kubewire/kubewire/internal/natstest"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/apptest"
+	"github.com/kubewire/kubewire/internal/testing/kafkatest"
+	"github.com/kubewire/kubewire/internal/testing/natstest"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/kafkatest"
-	"github.com/kubewire/kubewire/internal/natstest"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/kafkatest"
+	"github.com/kubewire/kubewire/internal/testing/natstest"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // The shipped binary through an outage and its drain (issue 27, defect 3):

@@ -11,7 +11,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/kubewire/kubewire/consumer"
-	"github.com/kubewire/kubewire/internal/kafkatest"
+	"github.com/kubewire/kubewire/internal/testing/kafkatest"
 )
 
 // kafkaUnderTest is a real Apache Kafka broker with a topic of three

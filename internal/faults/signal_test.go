@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // A sink that can never connect, without a spool to keep its events, keeps

@@ -26,12 +26,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/kubewire/kubewire/internal/apptest"
 	"github.com/kubewire/kubewire/internal/checkpoint"
 	"github.com/kubewire/kubewire/internal/leader"
 	"github.com/kubewire/kubewire/internal/packaging"
-	"github.com/kubewire/kubewire/internal/testcluster"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/apptest"
+	"github.com/kubewire/kubewire/internal/testing/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // warnings collects the API server's warnings (Pod Security among them).

@@ -69,10 +69,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubewire/kubewire/internal/kafkatest"
-	"github.com/kubewire/kubewire/internal/natstest"
-	"github.com/kubewire/kubewire/internal/testcluster"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/kafkatest"
+	"github.com/kubewire/kubewire/internal/testing/natstest"
+	"github.com/kubewire/kubewire/internal/testing/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // binaryRate is one churn rate and the window it is measured over.

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/procs"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
 // pacedRate is the event rate BenchmarkPipelinePaced releases events at:

@@ -5,9 +5,9 @@ package perf
 import (
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/benchdata"
-	"github.com/kubewire/kubewire/internal/kafkatest"
-	"github.com/kubewire/kubewire/internal/natstest"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
+	"github.com/kubewire/kubewire/internal/testing/kafkatest"
+	"github.com/kubewire/kubewire/internal/testing/natstest"
 	"github.com/kubewire/kubewire/sinks"
 )
 

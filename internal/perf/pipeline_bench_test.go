@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/benchdata"
 	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
 func countUpdates(evs []*encoding.Event) int {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/benchdata"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
 func init() {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 func TestOneProcIsUsedWhileTheLoadIsLowAndTheDefaultOnceItIsHigh(t *testing.T) {

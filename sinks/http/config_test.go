@@ -8,7 +8,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 	httpsink "github.com/kubewire/kubewire/sinks/http"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 	httpsink "github.com/kubewire/kubewire/sinks/http"
 )
 

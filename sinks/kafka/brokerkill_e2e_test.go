@@ -13,9 +13,9 @@ import (
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/kafkatest"
 	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/kafkatest"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/kafkatest"
+	"github.com/kubewire/kubewire/internal/testing/kafkatest"
 )
 
 // The same check as on kfake, against a real broker killed with SIGKILL

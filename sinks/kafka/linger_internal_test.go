@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // idlePartition is a partition with no loop running, lingering up to a

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/internal/rawsock"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/sinks"
 )
 

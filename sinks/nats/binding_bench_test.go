@@ -7,8 +7,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/benchdata"
-	"github.com/kubewire/kubewire/internal/natstest"
+	"github.com/kubewire/kubewire/internal/testing/benchdata"
+	"github.com/kubewire/kubewire/internal/testing/natstest"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/natstest"
+	"github.com/kubewire/kubewire/internal/testing/natstest"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 

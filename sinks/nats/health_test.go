@@ -10,7 +10,7 @@ import (
 
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
 

@@ -8,7 +8,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/kubewire/kubewire/internal/rawsock"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/sinks"
 )
 

@@ -149,7 +149,7 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (Binaries, error) {
 }
 
 // NodeComponents are the commands of k8s.io/kubernetes that a node runs
-// next to the apiserver (internal/nodecluster).
+// next to the apiserver (internal/testing/nodecluster).
 var NodeComponents = []string{"kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy"}
 
 // EnsureKubernetesBinaries returns the paths of the named commands of

@@ -1,7 +1,7 @@
 // Command testbin builds the kube-apiserver and etcd binaries used by
-// internal/testcluster ahead of time, so that CI caches them and the first
+// internal/testing/testcluster ahead of time, so that CI caches them and the first
 // test run does not spend minutes compiling inside a test timeout. With
-// -node it also builds the node's components that internal/nodecluster
+// -node it also builds the node's components that internal/testing/nodecluster
 // runs (make e2e-cluster).
 package main
 
@@ -14,7 +14,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testcluster"
 )
 
 func main() {

@@ -10,7 +10,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/testkit/memsink"
+	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
 	"github.com/kubewire/kubewire/sinks"
 )
 

@@ -18,7 +18,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	meta "github.com/segmentio/kafka-go/protocol/metadata"
 
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // Cluster is n Kafka nodes in KRaft mode, each both broker and controller,

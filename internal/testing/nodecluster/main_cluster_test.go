@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/nodecluster"
+	"github.com/kubewire/kubewire/internal/testing/nodecluster"
 )
 
 func TestMain(m *testing.M) { os.Exit(nodecluster.Main(m)) }

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // Options say how StartWith sets a broker up.
@@ -34,7 +34,7 @@ type Options struct {
 	// Users with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN.
 	SASL bool
 	// Host is the IP address every listener binds to and advertises; empty
-	// means 127.0.0.1. internal/nodecluster's pods reach the host on its
+	// means 127.0.0.1. internal/testing/nodecluster's pods reach the host on its
 	// bridge address, not on loopback.
 	Host string
 	// Users maps user names to passwords. Names and passwords are limited

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubewire/kubewire/consumer"
-	"github.com/kubewire/kubewire/internal/nodecluster"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/nodecluster"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // published is the sum of the pod's kubewire_events_published_total, read

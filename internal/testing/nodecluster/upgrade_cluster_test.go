@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubewire/kubewire/internal/nodecluster"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/nodecluster"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // hostPathVolume creates a PersistentVolume without a StorageClass on a

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubewire/kubewire/internal/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testcluster"
 )
 
 // TestMeasureHowLongAResourceVersionCanBeResumed measures the window a
@@ -30,7 +30,7 @@ import (
 //
 // It takes about a quarter of an hour, so it runs only when asked:
 //
-//	KUBEWIRE_MEASURE_WINDOW=1 go test ./internal/testcluster/ -run TestMeasure -v -timeout 30m
+//	KUBEWIRE_MEASURE_WINDOW=1 go test ./internal/testing/testcluster/ -run TestMeasure -v -timeout 30m
 //
 // KUBEWIRE_MEASURE_RATE sets the writes per second (default 20).
 func TestMeasureHowLongAResourceVersionCanBeResumed(t *testing.T) {

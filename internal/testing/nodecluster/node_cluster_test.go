@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubewire/kubewire/internal/nodecluster"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/nodecluster"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 func TestClusterTheNodeRunsAPodOnTheBridgeAndItsTeardownLeavesTheHostAsItWas(t *testing.T) {

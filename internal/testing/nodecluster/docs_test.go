@@ -10,11 +10,11 @@ import (
 // The quickstart's section on this cluster may only show commands that CI
 // runs, so that what it tells a user to type is what is tested.
 func TestEveryCommandOfTheQuickstartsNodeClusterSectionIsOneCIRuns(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/quickstart.md")
+	doc, err := os.ReadFile("../../../docs/quickstart.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci, err := os.ReadFile("../../.ci/run")
+	ci, err := os.ReadFile("../../../.ci/run")
 	if err != nil {
 		t.Fatal(err)
 	}

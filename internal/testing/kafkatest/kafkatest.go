@@ -23,7 +23,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // Version is the Apache Kafka release the tests run against.

@@ -34,7 +34,7 @@ func Start(t testing.TB) *Server {
 }
 
 // StartOn is Start listening on host's IP address instead of loopback, for
-// clients that cannot reach the host's loopback, such as internal/nodecluster's
+// clients that cannot reach the host's loopback, such as internal/testing/nodecluster's
 // pods.
 func StartOn(t testing.TB, host string) *Server {
 	t.Helper()

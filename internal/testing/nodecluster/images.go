@@ -45,12 +45,12 @@ type image struct {
 func images() []image {
 	const nonroot = "65532:65532" // distroless' nonroot, as in the Dockerfile
 	return []image{
-		{ref: PauseImage, files: map[string]string{"/pause": "./internal/nodecluster/cmd/pause"}, entrypoint: []string{"/pause"}, user: nonroot},
+		{ref: PauseImage, files: map[string]string{"/pause": "./internal/testing/nodecluster/cmd/pause"}, entrypoint: []string{"/pause"}, user: nonroot},
 		{ref: KubewireImage, files: map[string]string{
 			"/kubewire": "./cmd/kubewire",
-			"/inside":   "./internal/nodecluster/cmd/inside",
+			"/inside":   "./internal/testing/nodecluster/cmd/inside",
 		}, entrypoint: []string{"/kubewire"}, user: nonroot},
-		{ref: CurlImage, files: map[string]string{"/usr/bin/curl": "./internal/nodecluster/cmd/curl"}, entrypoint: []string{"/usr/bin/curl"}, user: nonroot},
+		{ref: CurlImage, files: map[string]string{"/usr/bin/curl": "./internal/testing/nodecluster/cmd/curl"}, entrypoint: []string{"/usr/bin/curl"}, user: nonroot},
 	}
 }
 

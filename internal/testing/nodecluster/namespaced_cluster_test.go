@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kubewire/kubewire/internal/nodecluster"
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/nodecluster"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 func TestClusterANamespaceScopedInstallRunsOnRolesAloneAndCannotReadSecretsElsewhere(t *testing.T) {

@@ -59,7 +59,7 @@ type Options struct {
 	// 2 GiB, such as 100k Pods written twice each. Zero keeps etcd's default.
 	EtcdQuotaBackendBytes int64
 	// Address is the IP kube-apiserver binds to and advertises, for a
-	// cluster whose pods must reach it (internal/nodecluster): pods cannot
+	// cluster whose pods must reach it (internal/testing/nodecluster): pods cannot
 	// reach the host's loopback, and the kubernetes Service's endpoint may
 	// not be a loopback address. Nil keeps 127.0.0.1. The serving
 	// certificate then also names the Service's ClusterIP, 10.0.0.1.

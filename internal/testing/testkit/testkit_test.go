@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/testkit"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 
 // fatalRecorder is a testing.TB whose Fatal is recorded instead of ending
