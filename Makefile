@@ -48,7 +48,7 @@ e2e: testbin
 # is (no race detector), and a race build of Helm's dependencies for the
 # harness costs minutes.
 e2e-cluster: testbin-node
-	$(GO) test $(filter-out -race,$(TESTFLAGS)) -tags cluster -run 'Cluster' -timeout 30m ./internal/testing/nodecluster/...
+	$(GO) test $(filter-out -race,$(TESTFLAGS)) -tags cluster -run 'Cluster' -timeout 30m ./test/cluster/...
 
 ## bench: benchmarks (never part of make test)
 bench:
@@ -60,15 +60,15 @@ bench-quick:
 
 ## bench-apiserver: snapshot time, heap per object, peak RSS and latency against a real kube-apiserver
 bench-apiserver: testbin
-	$(GO) test -tags bench -run 'APIServer' -v -timeout 60m ./internal/perf | tee bench-apiserver.out
+	$(GO) test -tags bench -run 'APIServer' -v -timeout 60m ./test/perf | tee bench-apiserver.out
 
 ## bench-binary: the shipped binary's CPU and context switches per event, per sink, at 200 and 20 writes/s (needs java and nats-server)
 bench-binary: testbin
-	$(GO) test -tags bench -run '^$$' -bench ShippedBinary -benchtime 1x -count 3 -timeout 60m ./internal/perf | tee bench-binary.out
+	$(GO) test -tags bench -run '^$$' -bench ShippedBinary -benchtime 1x -count 3 -timeout 60m ./test/perf | tee bench-binary.out
 
 ## bench-binary-smoke: bench-binary's harness for 3 s, stdout only, so it cannot rot
 bench-binary-smoke: testbin
-	KUBEWIRE_BINARY_BENCH_SMOKE=1 $(GO) test -tags bench -run '^$$' -bench ShippedBinary -benchtime 1x -count 1 -timeout 10m ./internal/perf
+	KUBEWIRE_BINARY_BENCH_SMOKE=1 $(GO) test -tags bench -run '^$$' -bench ShippedBinary -benchtime 1x -count 1 -timeout 10m ./test/perf
 
 ## lint: formatting, and vet of every build (plain, e2e, bench and cluster tags)
 lint:

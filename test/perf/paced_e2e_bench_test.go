@@ -18,7 +18,7 @@ import (
 // events, shares the process with kubewire, and KUBEWIRE_BENCH_REPLAY=process
 // moves it out too.
 //
-//	go test -tags e2e -run '^$' -bench E2EPipelinePacedReal -benchtime 2000x ./internal/perf
+//	go test -tags e2e -run '^$' -bench E2EPipelinePacedReal -benchtime 2000x ./test/perf
 func BenchmarkE2EPipelinePacedReal(b *testing.B) {
 	rate := pacedRate(b)
 	broker := kafkatest.Start(b, nil)

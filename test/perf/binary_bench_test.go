@@ -30,9 +30,9 @@ package perf
 // iteration is one window; run it with -benchtime 1x.
 //
 //	make bench-binary
-//	go test -tags bench -run '^$' -bench ShippedBinary -benchtime 1x -count 3 -timeout 60m ./internal/perf
-//	KUBEWIRE_BINARY_BENCH_SINKS=http,nats go test -tags bench -run '^$' -bench ShippedBinary -benchtime 1x ./internal/perf
-//	KUBEWIRE_BINARY_BENCH_SMOKE=1 go test -tags bench -run '^$' -bench ShippedBinary -benchtime 1x ./internal/perf
+//	go test -tags bench -run '^$' -bench ShippedBinary -benchtime 1x -count 3 -timeout 60m ./test/perf
+//	KUBEWIRE_BINARY_BENCH_SINKS=http,nats go test -tags bench -run '^$' -bench ShippedBinary -benchtime 1x ./test/perf
+//	KUBEWIRE_BINARY_BENCH_SMOKE=1 go test -tags bench -run '^$' -bench ShippedBinary -benchtime 1x ./test/perf
 //
 // Settings: KUBEWIRE_BINARY_BENCH_SINKS (default
 // "stdout,http,nats,jetstream,kafka"), KUBEWIRE_BINARY_BENCH_RATES (writes

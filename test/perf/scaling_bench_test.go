@@ -39,7 +39,7 @@ var scalingCounts = []int{1, 2, 4}
 // BenchmarkPipeline: the replay servers (unless KUBEWIRE_BENCH_REPLAY=process)
 // and, for kfake, the brokers too.
 //
-//	go test -run '^$' -bench Scaling -benchtime 3000x ./internal/perf
+//	go test -run '^$' -bench Scaling -benchtime 3000x ./test/perf
 func BenchmarkScaling(b *testing.B) {
 	for _, r := range scalingCounts {
 		b.Run(fmt.Sprintf("resources=%d", r), func(b *testing.B) { benchResources(b, r) })

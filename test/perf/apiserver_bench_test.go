@@ -9,12 +9,12 @@ package perf
 // figures from one long run rather than a per-op time; the figures are
 // logged with t.Logf in one "RESULT" line each, for docs/benchmarks.md.
 //
-//	go test -tags bench -run 'APIServer' -v -timeout 60m ./internal/perf
-//	KUBEWIRE_BENCH_N=100000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
-//	KUBEWIRE_BENCH_CACHE=raw KUBEWIRE_BENCH_N=100000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
-//	KUBEWIRE_BENCH_KIND=pods KUBEWIRE_BENCH_CACHE=raw KUBEWIRE_BENCH_N=50000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./internal/perf
-//	KUBEWIRE_BENCH_RATES=200,1000 KUBEWIRE_BENCH_SECONDS=20 go test -tags bench -run 'Latency' -v ./internal/perf
-//	KUBEWIRE_BENCH_BROKERS=kafka go test -tags bench -run 'Latency' -v ./internal/perf  (real Kafka only; needs java)
+//	go test -tags bench -run 'APIServer' -v -timeout 60m ./test/perf
+//	KUBEWIRE_BENCH_N=100000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./test/perf
+//	KUBEWIRE_BENCH_CACHE=raw KUBEWIRE_BENCH_N=100000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./test/perf
+//	KUBEWIRE_BENCH_KIND=pods KUBEWIRE_BENCH_CACHE=raw KUBEWIRE_BENCH_N=50000 go test -tags bench -run 'Snapshot' -v -timeout 120m ./test/perf
+//	KUBEWIRE_BENCH_RATES=200,1000 KUBEWIRE_BENCH_SECONDS=20 go test -tags bench -run 'Latency' -v ./test/perf
+//	KUBEWIRE_BENCH_BROKERS=kafka go test -tags bench -run 'Latency' -v ./test/perf  (real Kafka only; needs java)
 
 import (
 	"bufio"

@@ -17,7 +17,7 @@ import (
 // total for small objects) counts as kubewire's; here, as with real
 // Kafka, cpu-µs/event is kubewire's and the replay server's alone.
 //
-//	go test -tags e2e -run '^$' -bench E2EPipelineRealJetStream -benchmem ./internal/perf
+//	go test -tags e2e -run '^$' -bench E2EPipelineRealJetStream -benchmem ./test/perf
 func BenchmarkE2EPipelineRealJetStream(b *testing.B) {
 	srv := natstest.Start(b)
 	real := brokerKind{"jetstream", func(tb testing.TB) sinks.Sink { return jetStreamSink(tb, srv.URL()) }}

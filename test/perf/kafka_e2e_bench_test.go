@@ -16,7 +16,7 @@ import (
 // kubewire's (and the replay server's) alone. One broker serves every
 // sub-benchmark; it takes a while to start.
 //
-//	go test -tags e2e -run '^$' -bench E2EPipeline -benchmem ./internal/perf
+//	go test -tags e2e -run '^$' -bench E2EPipeline -benchmem ./test/perf
 func BenchmarkE2EPipelineRealKafka(b *testing.B) {
 	broker := kafkatest.Start(b, nil)
 	real := brokerKind{"kafka", func(tb testing.TB) sinks.Sink { return kafkaSink(tb, broker.Addr) }}
