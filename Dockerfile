@@ -14,7 +14,7 @@
 # refuses a FROM without a digest.
 #
 # The go build line below is the single source of the release build flags:
-# internal/packaging's TestTheImageBinaryIsStatic parses it and builds exactly
+# internal/tools/packaging's TestTheImageBinaryIsStatic parses it and builds exactly
 # that, because no container engine runs on our CI machines. Keep it one
 # RUN line.
 

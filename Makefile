@@ -82,11 +82,11 @@ lint:
 ## demo: start a local cluster and print its changes to this terminal as kubewire tail does (RAW=1: the CloudEvents)
 demo: testbin
 	@echo "demo: compiling the demo (a minute or two the first time, seconds after)"
-	@$(GO) run ./internal/demo $(if $(RAW),-raw)
+	@$(GO) run ./internal/tools/demo $(if $(RAW),-raw)
 
 ## manifests: regenerate deploy/kubewire.yaml from charts/kubewire (a test checks they agree)
 manifests:
-	$(GO) run ./internal/packaging/cmd/manifests
+	$(GO) run ./internal/tools/packaging/cmd/manifests
 
 ## image: build the container image (needs a container engine; TestTheImageBinaryIsStatic covers the build here)
 image:
@@ -107,7 +107,7 @@ release: $(CYCLONEDX_GOMOD)
 	  '$(CYCLONEDX_GOMOD)' bin -json -std -noserial -notimestamp -version '$(VERSION)' -output "$$bin.cdx.json" "$$bin"; \
 	done
 	@# Built with the binaries' flags, so the packages they share come from the build cache.
-	@chart=$$(CGO_ENABLED=0 $(GO) run -trimpath ./internal/packaging/cmd/chartpkg -o '$(DIST)' -mtime '$(DATE)') && echo "chart   $$chart"
+	@chart=$$(CGO_ENABLED=0 $(GO) run -trimpath ./internal/tools/packaging/cmd/chartpkg -o '$(DIST)' -mtime '$(DATE)') && echo "chart   $$chart"
 	@cd '$(DIST)' && sha256sum kubewire-* > SHA256SUMS
 	@echo "sums    $(DIST)/SHA256SUMS"
 	@echo; echo "kubewire $(VERSION) (commit $(COMMIT), $(DATE)) in $(DIST)/:"; cat '$(DIST)'/SHA256SUMS

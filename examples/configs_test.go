@@ -48,7 +48,7 @@ func validate(path string) (code int, stdout, stderr string) {
 // Every YAML file under examples/ says in its first comment line what it
 // is; each kubewire config passes `kubewire validate` with no warning, and
 // each Helm values file is recognised as such by validate, while the config
-// under its config: passes validate. (internal/packaging renders the values
+// under its config: passes validate. (internal/tools/packaging renders the values
 // files with the chart, against its schema.)
 func TestEveryExampleYAMLSaysWhatItIsAndValidates(t *testing.T) {
 	files := yamlExamples(t)

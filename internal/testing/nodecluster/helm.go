@@ -18,7 +18,7 @@ import (
 )
 
 // ChartPackage packages charts/kubewire with the command `make release`
-// runs for it (internal/packaging/cmd/chartpkg), once per test process,
+// runs for it (internal/tools/packaging/cmd/chartpkg), once per test process,
 // and loads the archive, so tests install what a user downloads.
 func ChartPackage(t testing.TB) *chart.Chart {
 	t.Helper()
@@ -44,7 +44,7 @@ func packageChart() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(context.Background(), "go", "run", "-trimpath", "./internal/packaging/cmd/chartpkg", "-o", dir)
+	cmd := exec.CommandContext(context.Background(), "go", "run", "-trimpath", "./internal/tools/packaging/cmd/chartpkg", "-o", dir)
 	cmd.Dir = root
 	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer

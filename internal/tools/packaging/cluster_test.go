@@ -28,10 +28,10 @@ import (
 
 	"github.com/kubewire/kubewire/internal/checkpoint"
 	"github.com/kubewire/kubewire/internal/leader"
-	"github.com/kubewire/kubewire/internal/packaging"
 	"github.com/kubewire/kubewire/internal/testing/apptest"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/tools/packaging"
 )
 
 // warnings collects the API server's warnings (Pod Security among them).

@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kubewire/kubewire/internal/packaging"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/tools/packaging"
 )
 
 // The real kube-apiserver and etcd start on first use, not in TestMain:

@@ -9,7 +9,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kubewire/kubewire/internal/packaging"
+	"github.com/kubewire/kubewire/internal/tools/packaging"
 )
 
 // TestEveryExampleValuesFileFitsTheSchemaRendersAndLoads checks the values

@@ -7,7 +7,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/packaging"
+	"github.com/kubewire/kubewire/internal/tools/packaging"
 )
 
 // renderErr renders y and returns the error, failing the test when there is

@@ -17,7 +17,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/packaging"
+	"github.com/kubewire/kubewire/internal/tools/packaging"
 	"github.com/kubewire/kubewire/sinks/stdout"
 )
 

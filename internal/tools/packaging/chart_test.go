@@ -13,7 +13,7 @@ import (
 	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/packaging"
+	"github.com/kubewire/kubewire/internal/tools/packaging"
 )
 
 // valuesSet is one way to install the chart, with what RBAC it must produce.

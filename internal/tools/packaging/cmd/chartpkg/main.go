@@ -22,7 +22,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 
-	"github.com/kubewire/kubewire/internal/packaging"
+	"github.com/kubewire/kubewire/internal/tools/packaging"
 )
 
 func main() {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/packaging"
+	"github.com/kubewire/kubewire/internal/tools/packaging"
 )
 
 // sinksConfig is a config whose sinks are the YAML flow mappings given.

@@ -123,7 +123,7 @@ func TestMakeDemoPrintsChangesForPeopleAndCtrlCEndsItCleanly(t *testing.T) {
 	}
 	var out testkit.Buffer
 	cmd := exec.Command("script", "-qec", "make demo; echo make-exit=$?", "/dev/null")
-	cmd.Dir = "../.."
+	cmd.Dir = "../../.."
 	// As a person types it: not a sub-make of the `make test` that may be
 	// running this test, which would print make's directory lines.
 	cmd.Env = withoutMake(os.Environ())

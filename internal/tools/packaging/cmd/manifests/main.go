@@ -1,7 +1,7 @@
 // Command manifests regenerates the sink types and blocks of the chart's
 // values.schema.json from the registered sink specs, and deploy/kubewire.yaml
 // from charts/kubewire with the chart's default values. `make manifests`
-// runs it; tests in internal/packaging fail when either is out of date.
+// runs it; tests in internal/tools/packaging fail when either is out of date.
 package main
 
 import (
@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/packaging"
+	"github.com/kubewire/kubewire/internal/tools/packaging"
 )
 
 func main() {
