@@ -36,7 +36,7 @@ ARG DATE=
 # to find. -trimpath drops this machine's paths from the binary; -s -w drop
 # the symbol table and DWARF, which a production image does not need.
 ENV CGO_ENABLED=0
-RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w -X github.com/kubewire/kubewire/internal/version.Version=${VERSION} -X github.com/kubewire/kubewire/internal/version.Commit=${COMMIT} -X github.com/kubewire/kubewire/internal/version.Date=${DATE}" -o /out/kubewire ./cmd/kubewire
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w -X github.com/kubewire/kubewire/internal/base/version.Version=${VERSION} -X github.com/kubewire/kubewire/internal/base/version.Commit=${COMMIT} -X github.com/kubewire/kubewire/internal/base/version.Date=${DATE}" -o /out/kubewire ./cmd/kubewire
 
 # The Debian-suffixed tag, as distroless recommends: the unsuffixed
 # static:nonroot moves to a new Debian release without notice.

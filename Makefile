@@ -7,7 +7,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    := $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo $$c || echo $$c-dirty; })
 DATE      := $(shell git log -1 --format=%cI 2>/dev/null)
 IMAGE     ?= ghcr.io/kubewire/kubewire:$(VERSION)
-VERSION_PKG := github.com/kubewire/kubewire/internal/version
+VERSION_PKG := github.com/kubewire/kubewire/internal/base/version
 LDFLAGS   := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT) -X $(VERSION_PKG).Date=$(DATE)
 
 # Release: what `make release` builds, and where.

@@ -25,7 +25,7 @@ import (
 
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )

@@ -20,7 +20,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/kubewire/kubewire/consumer"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/kafkatest"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 )

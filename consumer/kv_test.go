@@ -11,7 +11,7 @@ import (
 
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	natssink "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"

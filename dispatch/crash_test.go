@@ -17,8 +17,8 @@ import (
 	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/sinks"
 )
 

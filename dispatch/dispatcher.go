@@ -15,7 +15,7 @@ import (
 	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/sinks"
 )
 

@@ -1,6 +1,6 @@
 package dispatch
 
-import "github.com/kubewire/kubewire/internal/metrics"
+import "github.com/kubewire/kubewire/internal/base/metrics"
 
 // HealthState is a sink's health as /readyz names it.
 type HealthState string

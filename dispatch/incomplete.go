@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 )
 
 // A snapshot's completed marker may wait in the spool across a restart while

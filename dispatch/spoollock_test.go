@@ -16,7 +16,7 @@ import (
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
 )

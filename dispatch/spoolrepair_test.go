@@ -10,7 +10,7 @@ import (
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 )
 
 // A process killed before its spool's metadata was synced leaves data files

@@ -3,7 +3,7 @@ package encoding
 import (
 	"strings"
 
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/shape"
 )
 
 // The extension attributes of the event contract (docs/events.md), every

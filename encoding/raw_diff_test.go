@@ -14,7 +14,7 @@ import (
 
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/informer/raw"
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/shape"
 	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 

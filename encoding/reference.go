@@ -6,7 +6,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/shape"
 )
 
 // ReferenceEvent returns a copy of ev whose data only names the object, in

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/shape"
 )
 
 // provenance is the value of the changedby extensions.

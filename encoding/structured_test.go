@@ -9,7 +9,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/shape"
 )
 
 // structuredCorpus is every kind of event kubewire builds (every op on both

@@ -21,7 +21,7 @@ import (
 
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"

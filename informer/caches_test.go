@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/kubewire/kubewire/informer/raw"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 )
 
 // cacheCase is one of the two caches a resource's informer can hold its

@@ -6,8 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 )
 
 // The handler contract.

@@ -6,8 +6,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/json"
 
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/shape"
 )
 
 // Judge applies a resource's shaping rules the way the listener does, for

@@ -4,12 +4,12 @@ import (
 	"log/slog"
 	"sync/atomic"
 
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/shape"
 )
 
-// shaper runs a resource's shaping steps in the listener (internal/shape
+// shaper runs a resource's shaping steps in the listener (internal/base/shape
 // has the steps themselves). Every step that is off is nil, so a resource
 // without shaping pays a few nil checks per event and nothing else; a nil
 // *shaper is valid and shapes nothing.

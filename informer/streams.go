@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 )
 
 // The Watcher's side of checkpoints (progress.go) and resuming

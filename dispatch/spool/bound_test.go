@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 )
 
 // diskUse is the size of every file in dir, whatever the spool thinks of it.

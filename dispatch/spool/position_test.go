@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 )
 
 // go-diskqueue writes a segment's read position to disk only when it syncs

@@ -14,7 +14,7 @@ import (
 
 	diskqueue "github.com/nsqio/go-diskqueue"
 
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 )
 
 // Options configure a sink's disk spool.

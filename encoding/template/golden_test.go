@@ -14,7 +14,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
@@ -167,7 +167,7 @@ func record(t *testing.T) []string {
 
 // testdata/expansions.golden was recorded from the code before topics and
 // subjects shared one template parser (the separate parsers of
-// internal/config and sinks/nats), and must not be regenerated to make this
+// internal/base/config and sinks/nats), and must not be regenerated to make this
 // test pass: a difference is a change of behaviour.
 func TestTopicsSubjectsAndTemplateErrorsAreByteForByteWhatTheyWereBeforeTheSharedParser(t *testing.T) {
 	want, err := os.ReadFile(filepath.Join("testdata", "expansions.golden"))

@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/shape"
 	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 

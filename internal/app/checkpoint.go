@@ -8,8 +8,8 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/checkpoint"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/checkpoint"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 )
 
 // DefaultCheckpointInterval is how often a moving checkpoint is saved: at

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 )
 
 // registeredNames describes every collector register put in Registry and

@@ -16,7 +16,7 @@ import (
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/checkpoint"
+	"github.com/kubewire/kubewire/internal/base/checkpoint"
 )
 
 func TestAResourceResumesFromTheNewerOfItsCheckpointAndItsSpoolPositionUnderItsOwnConfig(t *testing.T) {

@@ -25,13 +25,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/checkpoint"
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/leader"
-	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/procs"
+	"github.com/kubewire/kubewire/internal/base/checkpoint"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/leader"
+	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/procs"
+	"github.com/kubewire/kubewire/internal/base/version"
 	"github.com/kubewire/kubewire/internal/verify"
-	"github.com/kubewire/kubewire/internal/version"
 	"github.com/kubewire/kubewire/sinks"
 )
 

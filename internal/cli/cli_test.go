@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/internal/app"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/cli"
-	"github.com/kubewire/kubewire/internal/config"
 )
 
 const good = `apiVersion: kubewire.io/v1alpha1

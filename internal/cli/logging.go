@@ -9,14 +9,14 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/logging"
-	"github.com/kubewire/kubewire/internal/version"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/logging"
+	"github.com/kubewire/kubewire/internal/base/version"
 )
 
 // logger builds the process logger and routes client-go's logging into it,
 // sampled, so there is one structured stream with one level (see
-// internal/logging).
+// internal/base/logging).
 func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {

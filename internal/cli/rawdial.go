@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/kubewire/kubewire/internal/rawsock"
+	"github.com/kubewire/kubewire/internal/base/rawsock"
 )
 
 // rawDial makes client-go dial the apiserver through rawsock, with

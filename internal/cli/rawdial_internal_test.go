@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/kubewire/kubewire/internal/rawsock"
+	"github.com/kubewire/kubewire/internal/base/rawsock"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/internal/app"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/cli"
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
 )
 

@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/version"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/version"
 )
 
 // onlineTimeout bounds validate's online checks as a whole; one request

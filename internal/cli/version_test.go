@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubewire/kubewire/internal/base/version"
 	"github.com/kubewire/kubewire/internal/cli"
-	"github.com/kubewire/kubewire/internal/version"
 )
 
 func TestVersionPrintsTheBuildAsTextOrJSONAndRejectsOtherFormats(t *testing.T) {

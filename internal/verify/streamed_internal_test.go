@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 )
 
 func TestAnObjectStreamedWithPayloadDiffIsJudgedTheSameAsTheLiveObjectWhenOnlyItsVersionDiffers(t *testing.T) {

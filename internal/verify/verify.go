@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/shape"
 	"github.com/kubewire/kubewire/sinks"
 )
 

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/secretfile"
+	"github.com/kubewire/kubewire/internal/base/secretfile"
 )
 
 // authRecheck is how often the auth file is looked at for a change. A

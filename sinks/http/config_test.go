@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	httpsink "github.com/kubewire/kubewire/sinks/http"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/sinks"
 	httpsink "github.com/kubewire/kubewire/sinks/http"
 	"github.com/kubewire/kubewire/sinks/sinktest"

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/rawsock"
+	"github.com/kubewire/kubewire/internal/base/rawsock"
 )
 
 // connTransport is the sink's own HTTP/1.1 client, used for every receiver
@@ -27,7 +27,7 @@ import (
 // write and a read on one socket. Here the goroutine that calls RoundTrip
 // writes the request and reads the response itself, and waits only in the
 // network poller for the answer. On Linux it reads and writes the socket
-// with raw system calls (internal/rawsock), which keep sysmon asleep.
+// with raw system calls (internal/base/rawsock), which keep sysmon asleep.
 //
 // Each connection has one owner at a time: a RoundTrip takes it from the
 // idle list, or dials a new one, and the response body's Close gives it

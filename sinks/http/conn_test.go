@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/sinks"
 	httpsink "github.com/kubewire/kubewire/sinks/http"

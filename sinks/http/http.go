@@ -41,10 +41,10 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/tlsfiles"
-	"github.com/kubewire/kubewire/internal/version"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/tlsfiles"
+	"github.com/kubewire/kubewire/internal/base/version"
 	"github.com/kubewire/kubewire/sinks"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	httpsink "github.com/kubewire/kubewire/sinks/http"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )

@@ -6,7 +6,7 @@ import (
 	"os"
 	"sync"
 
-	"github.com/kubewire/kubewire/internal/tlsfiles"
+	"github.com/kubewire/kubewire/internal/base/tlsfiles"
 )
 
 // tlsConfig is the client TLS configuration of an https:// sink. The CA

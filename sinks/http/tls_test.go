@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	httpsink "github.com/kubewire/kubewire/sinks/http"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/benchdata"
 	"github.com/kubewire/kubewire/sinks"
 	httpsink "github.com/kubewire/kubewire/sinks/http"

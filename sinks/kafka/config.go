@@ -8,8 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kubewire/kubewire/encoding/template"
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/shape"
 )
 
 // Kafka balancers: how a record's key picks its partition. Every one of them

@@ -14,7 +14,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 
-	"github.com/kubewire/kubewire/internal/tlsfiles"
+	"github.com/kubewire/kubewire/internal/base/tlsfiles"
 	"github.com/kubewire/kubewire/sinks"
 )
 

@@ -32,9 +32,9 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/tlsfiles"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/tlsfiles"
 	"github.com/kubewire/kubewire/sinks"
 )
 

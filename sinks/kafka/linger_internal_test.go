@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 )
 

@@ -3,7 +3,7 @@ package kafka
 import "github.com/prometheus/client_golang/prometheus"
 
 // Kafka-specific collectors. The generic ones (published, retries, healthy)
-// live in internal/metrics and are kept by the dispatcher; these say what the
+// live in internal/base/metrics and are kept by the dispatcher; these say what the
 // Kafka sink did on the wire and why it struggles.
 var (
 	// mProduceRequests counts produce requests by outcome: ok, or the

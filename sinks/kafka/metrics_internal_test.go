@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 )
 
 func TestAKafkaProduceIsObservedUnderBothTheNewAndTheDeprecatedHistogramName(t *testing.T) {

@@ -5,7 +5,7 @@ package kafka
 import (
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/rawsock"
+	"github.com/kubewire/kubewire/internal/base/rawsock"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/sinks"
 )

@@ -14,10 +14,10 @@ import (
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 
-	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/rawsock"
-	"github.com/kubewire/kubewire/internal/secretfile"
-	"github.com/kubewire/kubewire/internal/tlsfiles"
+	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/rawsock"
+	"github.com/kubewire/kubewire/internal/base/secretfile"
+	"github.com/kubewire/kubewire/internal/base/tlsfiles"
 )
 
 // newTransport turns the config into a kafka-go Transport. The SASL password
@@ -28,7 +28,7 @@ func (s *Sink) newTransport() (*kafkago.Transport, error) {
 		// kafka-go's reads and writes of package net wake the runtime's
 		// sysmon thread after every idle spell, which at a trickle of events
 		// is on every produce request and its answer; raw system calls do
-		// not (internal/rawsock). Every connection of the sink's comes from
+		// not (internal/base/rawsock). Every connection of the sink's comes from
 		// here (produce, metadata, topic creation, the health probe), and
 		// kafka-go layers TLS and SASL over it. DialTimeout bounds the dial
 		// through its context.

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/sinks/nats"
 )

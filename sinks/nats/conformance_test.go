@@ -12,7 +12,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/sinks"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"

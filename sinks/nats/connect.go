@@ -15,10 +15,10 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kubewire/kubewire/internal/metrics"
-	"github.com/kubewire/kubewire/internal/rawsock"
-	"github.com/kubewire/kubewire/internal/secretfile"
-	"github.com/kubewire/kubewire/internal/tlsfiles"
+	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/rawsock"
+	"github.com/kubewire/kubewire/internal/base/secretfile"
+	"github.com/kubewire/kubewire/internal/base/tlsfiles"
 )
 
 // Connect dials the servers and, in JetStream mode with a stream configured,
@@ -142,7 +142,7 @@ func (s *Sink) options() ([]natsgo.Option, error) {
 		natsgo.ReconnectWait(c.ReconnectWait.Duration),
 		natsgo.ReconnectBufSize(c.ReconnectBufferBytes),
 		natsgo.Timeout(c.ConnectTimeout.Duration),
-		// Raw system calls on the socket (internal/rawsock): with the
+		// Raw system calls on the socket (internal/base/rawsock): with the
 		// watch's reads raw as well, a publish and its flush's PONG no
 		// longer wake sysmon for every event. nats.go layers TLS over the
 		// dialed connection, and gives a custom dialer no timeout of its

@@ -5,7 +5,7 @@ package nats_test
 import (
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/natstest"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )

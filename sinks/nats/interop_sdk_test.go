@@ -16,7 +16,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )

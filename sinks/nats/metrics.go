@@ -3,7 +3,7 @@ package nats
 import "github.com/prometheus/client_golang/prometheus"
 
 // NATS-specific collectors. The generic ones (published, retries, healthy)
-// live in internal/metrics and are kept by the dispatcher; these say why a NATS
+// live in internal/base/metrics and are kept by the dispatcher; these say why a NATS
 // sink is struggling.
 var (
 	// mPublishErrors counts messages whose publish failed, by reason:

@@ -7,7 +7,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
-	"github.com/kubewire/kubewire/internal/rawsock"
+	"github.com/kubewire/kubewire/internal/base/rawsock"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/sinks"
 )

@@ -14,8 +14,8 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/checkpoint"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/checkpoint"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/apptest"
 	"github.com/kubewire/kubewire/internal/testing/kafkatest"
 	"github.com/kubewire/kubewire/internal/testing/natstest"

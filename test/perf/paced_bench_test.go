@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/procs"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/procs"
 	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 
@@ -45,7 +45,7 @@ func BenchmarkPipelinePaced(b *testing.B) {
 }
 
 // BenchmarkPipelinePacedAdaptive is BenchmarkPipelinePaced with GOMAXPROCS
-// adapted to the load as `kubewire run` adapts it (internal/procs): at a
+// adapted to the load as `kubewire run` adapts it (internal/base/procs): at a
 // trickle the process runs on one P. The adapter looks once a second, so
 // the first second of a run is at the default; use -benchtime of several
 // seconds' worth of events (2000x is 10 s at 200/s).

@@ -11,7 +11,7 @@ import (
 
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/benchdata"
 )
 

@@ -30,8 +30,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/cli"
-	"github.com/kubewire/kubewire/internal/config"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 )
 

@@ -26,8 +26,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/kubewire/kubewire/internal/checkpoint"
-	"github.com/kubewire/kubewire/internal/leader"
+	"github.com/kubewire/kubewire/internal/base/checkpoint"
+	"github.com/kubewire/kubewire/internal/base/leader"
 	"github.com/kubewire/kubewire/internal/testing/apptest"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"

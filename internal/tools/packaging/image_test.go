@@ -219,7 +219,7 @@ func TestTheImageDefinitionMeetsTheRelease(t *testing.T) {
 	if d.labels["org.opencontainers.image.description"] == "" {
 		t.Error("no LABEL org.opencontainers.image.description")
 	}
-	const pkg = "github.com/kubewire/kubewire/internal/version."
+	const pkg = "github.com/kubewire/kubewire/internal/base/version."
 	ldflags := ""
 	if i := slices.Index(d.buildArgs, "-ldflags"); i >= 0 && i+1 < len(d.buildArgs) {
 		ldflags = d.buildArgs[i+1]

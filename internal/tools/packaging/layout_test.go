@@ -77,7 +77,8 @@ func TestTheREADMEListsExactlyTheInternalPackagesTheBinaryShips(t *testing.T) {
 		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
 			continue
 		}
-		if !slices.Contains(shipped, p) && !slices.ContainsFunc(testOnly, func(l string) bool { return l == p || strings.HasPrefix(l, p+"/") }) {
+		under := func(l string) bool { return l == p || strings.HasPrefix(l, p+"/") }
+		if !slices.ContainsFunc(shipped, under) && !slices.ContainsFunc(testOnly, under) {
 			t.Errorf("README's layout does not list %s", p)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 )
 
 // exportedMetrics describes every collector in kubewire's metrics registry

@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/tools/packaging"
 )
 
@@ -214,7 +214,7 @@ secretMounts: [{name: spool, secretName: certs, mountPath: /var/run/secrets/kube
 }
 
 // TestTheSchemaAllowsTheOverflowAndFsyncPoliciesKubewireHas keeps the
-// schema's enums in step with internal/config, which names the policies.
+// schema's enums in step with internal/base/config, which names the policies.
 func TestTheSchemaAllowsTheOverflowAndFsyncPoliciesKubewireHas(t *testing.T) {
 	var schema map[string]any
 	readJSON(t, filepath.Join(chartDir, "values.schema.json"), &schema)

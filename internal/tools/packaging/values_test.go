@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/tools/packaging"
 	"github.com/kubewire/kubewire/sinks/stdout"
 )
@@ -108,7 +108,7 @@ func TestTheChartPassesHelmLint(t *testing.T) {
 }
 
 // TestTheSchemaKnowsEveryConfigField keeps values.schema.json in step with
-// internal/config: the schema refuses unknown config fields (as kubewire
+// internal/base/config: the schema refuses unknown config fields (as kubewire
 // does), so a field added to the config must be added to the schema, and a
 // field the config dropped must leave it.
 func TestTheSchemaKnowsEveryConfigField(t *testing.T) {
@@ -148,7 +148,7 @@ func TestTheSchemaKnowsEveryConfigField(t *testing.T) {
 			slices.Sort(want)
 		}
 		if got := props(tc.path...); !slices.Equal(got, want) {
-			t.Errorf("values.schema.json %s has properties %v; internal/config has %v", tc.what, got, want)
+			t.Errorf("values.schema.json %s has properties %v; internal/base/config has %v", tc.what, got, want)
 		}
 	}
 	sinkTypes := schema["properties"].(map[string]any)["config"].(map[string]any)["properties"].(map[string]any)["sinks"].(map[string]any)["items"].(map[string]any)["properties"].(map[string]any)["type"].(map[string]any)["enum"]
@@ -303,7 +303,7 @@ func TestTheChartReadmeDocumentsEveryValue(t *testing.T) {
 
 // TestTheDashboardChartsKubewiresOwnMetrics checks files/dashboard.json:
 // valid JSON, one templated Prometheus data source, every metric it queries
-// declared by internal/metrics, and the signals operators need all there.
+// declared by internal/base/metrics, and the signals operators need all there.
 func TestTheDashboardChartsKubewiresOwnMetrics(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(chartDir, "files", "dashboard.json"))
 	if err != nil {
@@ -345,7 +345,7 @@ func TestTheDashboardChartsKubewiresOwnMetrics(t *testing.T) {
 				used[m] = true
 				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
 				if !declared[m] && !declared[base] {
-					t.Errorf("panel %q queries %s, which internal/metrics does not declare", p.Title, m)
+					t.Errorf("panel %q queries %s, which internal/base/metrics does not declare", p.Title, m)
 				}
 			}
 		}
@@ -375,13 +375,13 @@ func TestTheDashboardChartsKubewiresOwnMetrics(t *testing.T) {
 	t.Error("dashboard.enabled rendered no ConfigMap with kubewire.json")
 }
 
-// declaredMetrics reads the metric names internal/metrics declares. The
+// declaredMetrics reads the metric names internal/base/metrics declares. The
 // source is read rather than the registry because a labelled vector appears
 // in the registry only once it has a child, and failure counters usually
 // have none.
 func declaredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(repoRoot, "internal", "metrics", "*.go"))
+	files, err := filepath.Glob(filepath.Join(repoRoot, "internal", "base", "metrics", "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +400,7 @@ func declaredMetrics(t *testing.T) map[string]bool {
 		}
 	}
 	if len(out) == 0 {
-		t.Fatal("found no metric declarations in internal/metrics")
+		t.Fatal("found no metric declarations in internal/base/metrics")
 	}
 	return out
 }

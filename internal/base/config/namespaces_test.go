@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/config"
+	"github.com/kubewire/kubewire/internal/base/config"
 )
 
 // nsConfig is a config with one resource whose lines are given.

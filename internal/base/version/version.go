@@ -3,9 +3,9 @@
 // A release build sets the three variables at link time (`make release`
 // and the Dockerfile do):
 //
-//	-ldflags "-X github.com/kubewire/kubewire/internal/version.Version=v1.2.3
-//	          -X github.com/kubewire/kubewire/internal/version.Commit=<sha>
-//	          -X github.com/kubewire/kubewire/internal/version.Date=<RFC 3339>"
+//	-ldflags "-X github.com/kubewire/kubewire/internal/base/version.Version=v1.2.3
+//	          -X github.com/kubewire/kubewire/internal/base/version.Commit=<sha>
+//	          -X github.com/kubewire/kubewire/internal/base/version.Date=<RFC 3339>"
 //
 // A build that does not (`go install ...@v1.2.3`, or `go build` in a clone)
 // falls back to what the Go toolchain recorded in the binary: the module

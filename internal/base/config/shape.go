@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/shape"
 )
 
 // RedactRule names fields of a resource's objects to hide before they are

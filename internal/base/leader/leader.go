@@ -2,7 +2,7 @@
 // several replicas exactly one publishes.
 //
 // Standbys do not run informers. A standby that becomes leader starts them
-// from the checkpoint the old leader saved (internal/checkpoint): one LIST
+// from the checkpoint the old leader saved (internal/base/checkpoint): one LIST
 // per resource at the checkpoint's version loads its cache, and its watches
 // deliver every change after it, so nothing the old leader had not
 // delivered is lost. Where the checkpoint is too old for the apiserver, it
@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
-	"github.com/kubewire/kubewire/internal/metrics"
+	"github.com/kubewire/kubewire/internal/base/metrics"
 )
 
 // Config configures the election.

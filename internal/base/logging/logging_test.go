@@ -12,7 +12,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/klog/v2"
 
-	"github.com/kubewire/kubewire/internal/logging"
+	"github.com/kubewire/kubewire/internal/base/logging"
 )
 
 // lines returns the non-empty lines of buf.

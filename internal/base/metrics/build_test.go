@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/version"
+	"github.com/kubewire/kubewire/internal/base/version"
 )
 
 func TestBuildInfoIsOneForTheRunningVersionAndGoRelease(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/config"
-	"github.com/kubewire/kubewire/internal/shape"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/base/shape"
 )
 
 // shapeBase watches Secrets, ConfigMaps and Events, with every shaping field

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/secretfile"
+	"github.com/kubewire/kubewire/internal/base/secretfile"
 )
 
 func TestASecretIsTheFilesContentWithoutItsTrailingLineEnding(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kubewire/kubewire/internal/version"
+	"github.com/kubewire/kubewire/internal/base/version"
 )
 
 // BuildInfo is 1, labelled with the running binary's version and the Go
