@@ -24,7 +24,7 @@ import (
 	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
-	"github.com/kubewire/kubewire/internal/verify"
+	"github.com/kubewire/kubewire/internal/wiring/verify"
 )
 
 func spooled(t *testing.T, name string, rec *memsink.Sink, dir string, maxBytes int64) *dispatch.Dispatcher {

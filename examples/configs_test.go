@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/kubewire/kubewire/internal/cli"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 // yamlExamples lists every YAML file under examples/.

@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/kubewire/kubewire/internal/cli"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 func main() {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 	httpsink "github.com/kubewire/kubewire/sinks/http"
 )
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 	"github.com/kubewire/kubewire/sinks"
 	httpsink "github.com/kubewire/kubewire/sinks/http"
 )

@@ -15,7 +15,6 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/internal/testing/apptest"
@@ -23,6 +22,7 @@ import (
 	"github.com/kubewire/kubewire/internal/testing/natstest"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 // realBrokers routes ns's ConfigMaps to real Apache Kafka, a nats-server

@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/checkpoint"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/apptest"
 	"github.com/kubewire/kubewire/internal/testing/kafkatest"
 	"github.com/kubewire/kubewire/internal/testing/natstest"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 

@@ -12,11 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/apptest"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/nats"
 )
@@ -45,7 +45,7 @@ func read(t *testing.T, cfg *config.Config, sink, resource string, fn func(*even
 	}
 }
 
-// The stdout variant of this test lives in internal/app; this one reads
+// The stdout variant of this test lives in internal/wiring/app; this one reads
 // back what Kafka and JetStream stored, as their consumers would.
 func TestSecretValuesReachNoBrokerInAnyEncoding(t *testing.T) {
 	ctx := context.Background()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/internal/testing/apptest"
@@ -22,6 +21,7 @@ import (
 	"github.com/kubewire/kubewire/internal/testing/natstest"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 // The long outage: a small memory buffer, snapshots every 10 s, about 100

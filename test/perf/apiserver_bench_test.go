@@ -42,11 +42,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/benchdata"
 	"github.com/kubewire/kubewire/internal/testing/kafkatest"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 	"github.com/kubewire/kubewire/sinks"
 )
 

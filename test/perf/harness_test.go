@@ -210,7 +210,7 @@ func (f fanout) Enqueue(c *informer.Change) {
 }
 
 // pipeline is kubewire's data path for one resource and one sink, wired as
-// internal/app wires it, reading from a replayed apiserver.
+// internal/wiring/app wires it, reading from a replayed apiserver.
 type pipeline struct {
 	ack    *acker
 	d      *dispatch.Dispatcher

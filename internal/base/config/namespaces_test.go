@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 // nsConfig is a config with one resource whose lines are given.

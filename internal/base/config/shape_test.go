@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/base/shape"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 // shapeBase watches Secrets, ConfigMaps and Events, with every shaping field

@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 // Kubewire is one in-process run of the app with its stdout sink and logs

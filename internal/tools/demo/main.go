@@ -31,8 +31,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubewire/kubewire/internal/base/config"
-	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 const ns = "demo"

@@ -10,10 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
-	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/tools/packaging"
+	"github.com/kubewire/kubewire/internal/wiring/app"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 // valuesSet is one way to install the chart, with what RBAC it must produce.

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/tools/packaging"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 // renderErr renders y and returns the error, failing the test when there is

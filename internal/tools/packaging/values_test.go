@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/tools/packaging"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 	"github.com/kubewire/kubewire/sinks/stdout"
 )
 

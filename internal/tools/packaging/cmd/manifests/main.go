@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/tools/packaging"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 func main() {

@@ -13,8 +13,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 func get(t *testing.T, url string) (int, string) {

@@ -15,10 +15,10 @@ import (
 
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 // readyz answers /readyz through the handler and decodes a 503's body.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/app"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 func getBody(t *testing.T, url string) (int, string) {

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/testing/kafkatest"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
 

@@ -3,8 +3,8 @@ package cli
 import (
 	"context"
 
-	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/verify"
+	"github.com/kubewire/kubewire/internal/wiring/app"
+	"github.com/kubewire/kubewire/internal/wiring/verify"
 )
 
 // SetRunApp makes `kubewire run` end as f says instead of running the app.

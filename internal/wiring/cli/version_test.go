@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/internal/base/version"
-	"github.com/kubewire/kubewire/internal/cli"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 func TestVersionPrintsTheBuildAsTextOrJSONAndRejectsOtherFormats(t *testing.T) {

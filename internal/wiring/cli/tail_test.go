@@ -17,11 +17,11 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
-	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/testing/natstest"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/app"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )

@@ -8,7 +8,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/verify"
+	"github.com/kubewire/kubewire/internal/wiring/verify"
 )
 
 func ev(typ, key, rv, sid string) *event.Event {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 // registeredNames describes every collector register put in Registry and
@@ -47,7 +47,7 @@ func registeredNames(t *testing.T) map[string]bool {
 // "## Metrics" section of docs/operations.md.
 func documentedNames(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/operations.md")
+	b, err := os.ReadFile("../../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}

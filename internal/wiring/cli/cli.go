@@ -24,14 +24,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/checkpoint"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/base/leader"
 	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/internal/base/procs"
 	"github.com/kubewire/kubewire/internal/base/version"
-	"github.com/kubewire/kubewire/internal/verify"
+	"github.com/kubewire/kubewire/internal/wiring/app"
+	"github.com/kubewire/kubewire/internal/wiring/verify"
 	"github.com/kubewire/kubewire/sinks"
 )
 

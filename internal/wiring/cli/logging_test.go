@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/cli"
+	"github.com/kubewire/kubewire/internal/wiring/app"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 // secretKubeconfig has two contexts whose credentials must never reach a

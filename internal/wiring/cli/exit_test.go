@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/cli"
+	"github.com/kubewire/kubewire/internal/wiring/app"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 // kubeconfig points at a port nothing listens on: `run` builds its clients

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 const validateHeader = `apiVersion: kubewire.io/v1alpha1

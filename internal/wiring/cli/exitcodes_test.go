@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubewire/kubewire/internal/app"
-	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
-	"github.com/kubewire/kubewire/internal/verify"
+	"github.com/kubewire/kubewire/internal/wiring/app"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
+	"github.com/kubewire/kubewire/internal/wiring/verify"
 )
 
 // The exit-code table of docs/operations.md, row by row, and where each

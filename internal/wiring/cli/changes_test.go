@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubewire/kubewire/internal/cli"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 // cmEvent is a structured-mode CloudEvent of a ConfigMap, as the stdout

@@ -10,10 +10,10 @@ import (
 
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/dispatch/spool"
-	"github.com/kubewire/kubewire/internal/app"
 	"github.com/kubewire/kubewire/internal/base/config"
-	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/testing/testkit/memsink"
+	"github.com/kubewire/kubewire/internal/wiring/app"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 // withSpoolDir makes a config spool into a directory of the test's own, so

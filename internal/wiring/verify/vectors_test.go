@@ -14,7 +14,7 @@ import (
 
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/encoding"
-	"github.com/kubewire/kubewire/internal/verify"
+	"github.com/kubewire/kubewire/internal/wiring/verify"
 )
 
 // held is one object of a vector's expected state.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kubewire/kubewire/internal/cli"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 func TestEveryCommandsHelpHasAnExample(t *testing.T) {

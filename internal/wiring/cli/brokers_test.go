@@ -14,10 +14,10 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/kubewire/kubewire/internal/cli"
 	"github.com/kubewire/kubewire/internal/testing/natstest"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/cli"
 )
 
 // brokerConfig routes ConfigMaps to one sink, given as a YAML block.
