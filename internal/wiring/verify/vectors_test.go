@@ -78,7 +78,7 @@ func stateOf(evs []*event.Event, objects func(resource string) map[string]verify
 // state is the cluster's and the rule cannot reach it, verify must end
 // where the consumer package's View ends.
 func TestKubewireVerifyEndsEveryConsumerVectorInItsExpectedState(t *testing.T) {
-	dir := filepath.Join("..", "..", "testdata", "consumer-vectors")
+	dir := filepath.Join("..", "..", "..", "testdata", "consumer-vectors")
 	var bases []string
 	for _, sub := range []string{"", "regressions", "known-limitations"} {
 		files, err := filepath.Glob(filepath.Join(dir, sub, "*.jsonl"))
