@@ -42,7 +42,10 @@ import (
 // another is a duplicate, and the loop never has more than one sequence
 // range in doubt. Records that a resent batch got acknowledged are not sent
 // again when the dispatcher's retry of their Write reaches the loop (the
-// retry starts with them, see partition.skipResolved).
+// retry starts with them, see partition.skipResolved). Nor are records
+// acknowledged before the request in doubt whose event failed with it: a
+// delete whose event went out in the acknowledged request and whose
+// tombstone is in doubt is retried as its tombstone alone (placed.go).
 //
 // In doubt is the default: an answer moves the sequence on only if it says
 // for certain that the broker did not append the batch and never will (see

@@ -91,9 +91,10 @@ type Sink struct {
 	watching   bool
 	probeEvery time.Duration
 
-	// markers holds the partitions that took a marker whose Write failed
-	// elsewhere (markers.go).
-	markers markerAcks
+	// placed holds the partitions that took a record of an event whose
+	// Write failed: a marker that failed elsewhere, a delete whose
+	// tombstone failed (placed.go).
+	placed placedRecords
 }
 
 var _ sinks.Sink = (*Sink)(nil)

@@ -249,7 +249,9 @@ func (p *partition) drain(err error) {
 // unchanged, the Write's retry then repeats at most one event of each
 // object. A unit whose records all went out succeeds even if a later
 // request failed, and each unit says how much of it went out: Write
-// acknowledges the events of that prefix and fails the rest.
+// acknowledges the events of that prefix and fails the rest. A delete
+// whose event is in that prefix and whose tombstone is not fails, and
+// Write remembers that its event is in the log (placed.go).
 func (p *partition) send(batch []*unit) {
 	b := p.s.cfg.Batch
 	var err error
