@@ -83,4 +83,5 @@ var (
 	Oversized      = mOversized
 	ProduceResends = mProduceResends
 	SequenceErrors = mSequenceErrors
+	PossibleDups   = mPossibleDuplicates
 )

@@ -265,6 +265,9 @@ func (s *Sink) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("kafka: close: %w", ctx.Err())
 	}
+	// Records of events whose retry never came: the next process writes
+	// those events again, whole.
+	s.possibleDuplicates(dupClosed, s.placed.records())
 	if tr != nil {
 		tr.CloseIdleConnections()
 	}

@@ -126,6 +126,11 @@ func (p *partition) run(ctx context.Context) {
 		batch := p.next(ctx)
 		if batch == nil {
 			p.drain(ctx.Err())
+			if p.pending != nil && p.pending.doubt {
+				// Its events were not acknowledged: the next process
+				// writes them again, under another producer id.
+				p.s.possibleDuplicates(dupClosed, len(p.pending.records))
+			}
 			return
 		}
 		p.send(batch)
@@ -319,7 +324,7 @@ func (p *partition) produce(items []item) error {
 	// waiting.
 	recs := make([]kafkago.Record, len(rs))
 	setRecords(recs, make([]payload, 2*len(rs)), rs)
-	return p.roundTrip(rs, func(deadline time.Time) (*kafkago.ProduceResponse, error) {
+	err := p.roundTrip(rs, func(deadline time.Time) (*kafkago.ProduceResponse, error) {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		return s.client.Produce(ctx, &kafkago.ProduceRequest{
@@ -330,6 +335,12 @@ func (p *partition) produce(items []item) error {
 			Compression:  s.compression,
 		})
 	})
+	if err != nil && classify(err) == inDoubt {
+		// The retry sends the records again as new ones, and nothing
+		// tells the broker that they may be in the log already.
+		s.possibleDuplicates(dupNotIdempotent, len(rs))
+	}
+	return err
 }
 
 // setRecords fills recs, kafka-go's form of rs, with the keys and values

@@ -77,3 +77,16 @@ func (m *placedRecords) forget(ev *encoding.Event) {
 	delete(m.done, ev)
 	m.events.Store(int32(len(m.done)))
 }
+
+// records returns how many records the partitions hold of the events
+// remembered: what the next process sends again if they were never
+// written whole.
+func (m *placedRecords) records() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, parts := range m.done {
+		n += len(parts)
+	}
+	return n
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kubewire/kubewire/encoding"
@@ -120,6 +121,8 @@ var splitCases = []splitCase{
 // request of a Write in doubt.
 type inDoubt struct {
 	name string
+	// appends: the broker appends the request in doubt.
+	appends bool
 	// arrange makes the broker do it to the n-th produce request from now
 	// on, and returns the log of those requests and a wait for the broker
 	// to be done with the one in doubt.
@@ -127,12 +130,12 @@ type inDoubt struct {
 }
 
 var inDoubtWays = []inDoubt{
-	{"The broker answers REQUEST_TIMED_OUT without appending it.", func(f *fakeKafka, _ string, n int) (*produceLog, func() error) {
+	{"The broker answers REQUEST_TIMED_OUT without appending it.", false, func(f *fakeKafka, _ string, n int) (*produceLog, func() error) {
 		answers := make([]int16, n)
 		answers[n-1] = 7
 		return answerInTurn(f, answers...), func() error { return nil }
 	}},
-	{"The broker appends it and the connection drops before the answer.", func(f *fakeKafka, topic string, n int) (*produceLog, func() error) {
+	{"The broker appends it and the connection drops before the answer.", true, func(f *fakeKafka, topic string, n int) (*produceLog, func() error) {
 		return appendThenAnswerAt(f, topic, n, func(kmsg.Request) (kmsg.Response, error) {
 			return nil, errors.New("the connection drops after the append")
 		})
@@ -169,6 +172,7 @@ func splitWriteInDoubt(t *testing.T, c splitCase, way inDoubt) {
 	topic := widgetTopic(prefix)
 
 	sent, done := way.arrange(f, topic, 2)
+	dups := possibleDups()
 	err := s.Write(context.Background(), evs)
 	var be *sinks.BatchError
 	if !errors.As(err, &be) || be.Len() != len(evs) {
@@ -204,5 +208,157 @@ func splitWriteInDoubt(t *testing.T, c splitCase, way inDoubt) {
 	copies := sent.all()
 	if len(copies) < 3 || !bytes.Equal(copies[1], copies[2]) {
 		t.Errorf("the request after the one in doubt is not that request again byte for byte (%d requests)", len(copies))
+	}
+	if d := possibleDups() - dups; d != 0 {
+		t.Errorf("kubewire_kafka_possible_duplicates_total grew by %v, want 0: nothing was sent again as a new record", d)
+	}
+}
+
+// dupReasons are the reasons kubewire_kafka_possible_duplicates_total
+// knows.
+var dupReasons = []string{"refused_after_doubt", "fenced", "sequence_error", "not_idempotent", "closed"}
+
+// possibleDups is kubewire_kafka_possible_duplicates_total of the tests'
+// sink, over every reason.
+func possibleDups() float64 {
+	n := 0.0
+	for _, r := range dupReasons {
+		n += testutil.ToFloat64(kafka.PossibleDups.WithLabelValues("kafka-test", r))
+	}
+	return n
+}
+
+// Without the idempotent producer nothing tells the broker that a retry
+// repeats a request in doubt. The retry of a delete whose event was
+// acknowledged still leaves the event alone; its tombstone, in the
+// request in doubt, goes out again as a new record, and is counted as a
+// possible duplicate. Here the broker appended it before the connection
+// dropped, so it is in the partition twice, next to itself.
+func TestWithoutIdempotenceARequestInDoubtIsCountedAsAPossibleDuplicateAndAnAcknowledgedEventIsNotRepeated(t *testing.T) {
+	for _, way := range inDoubtWays {
+		t.Run(way.name, func(t *testing.T) {
+			f := startFake(t)
+			off := false
+			s, prefix, _ := newLoggedSink(t, f.addr(), func(k *kafka.Config) {
+				k.Batch = &kafka.Batch{MaxMessages: 1, Linger: config.NewDuration(0)}
+				k.Idempotent = &off
+			})
+			connect(t, s)
+			write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1))
+			topic := widgetTopic(prefix)
+
+			_, done := way.arrange(f, topic, 2)
+			before := testutil.ToFloat64(kafka.PossibleDups.WithLabelValues("kafka-test", "not_idempotent"))
+			del := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpDeleted, "team-a", "a", 2))}
+			if err := s.Write(context.Background(), del); err == nil {
+				t.Fatal("a Write whose tombstone's request is in doubt reported success")
+			}
+			if err := done(); err != nil {
+				t.Fatalf("the broker did not get to the request in doubt: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := s.Write(ctx, del); err != nil {
+				t.Fatalf("the retry of the delete: %v", err)
+			}
+			f.c.DropControl()
+
+			want := "warm-up/1,a/2,tombstone:a"
+			if way.appends {
+				want += ",tombstone:a"
+			}
+			if got := contents(t, f.addr(), topic); got != want {
+				t.Errorf("the partition holds %s, want %s", got, want)
+			}
+			if d := testutil.ToFloat64(kafka.PossibleDups.WithLabelValues("kafka-test", "not_idempotent")) - before; d != 1 {
+				t.Errorf("kubewire_kafka_possible_duplicates_total{reason=\"not_idempotent\"} grew by %v, want 1: the tombstone", d)
+			}
+		})
+	}
+}
+
+// A batch in doubt goes out again unchanged until the broker says what
+// became of it. If it then cannot (refused for good, its sequence or its
+// producer refused), its records go out again as new records, under a new
+// epoch or producer id, and an earlier copy may be in the log: each is
+// counted as a possible duplicate. A batch refused before any copy could
+// be appended is not.
+func TestABatchInDoubtThatCannotGoOutAgainUnchangedIsCountedAsAPossibleDuplicate(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		codes  []int16
+		reason string // "" for none
+	}{
+		{"REQUEST_TIMED_OUT, then INVALID_RECORD.", []int16{7, 87}, "refused_after_doubt"},
+		{"REQUEST_TIMED_OUT, then OUT_OF_ORDER_SEQUENCE_NUMBER.", []int16{7, 45}, "sequence_error"},
+		{"REQUEST_TIMED_OUT, then UNKNOWN_PRODUCER_ID.", []int16{7, 59}, "sequence_error"},
+		{"REQUEST_TIMED_OUT, then INVALID_PRODUCER_EPOCH.", []int16{7, 47}, "fenced"},
+		{"NOT_ENOUGH_REPLICAS, then INVALID_RECORD: never in doubt.", []int16{19, 87}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := startFake(t)
+			s, prefix, _ := newLoggedSink(t, f.addr(), nil)
+			connect(t, s)
+			write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1))
+			topic := widgetTopic(prefix)
+
+			answerInTurn(f, c.codes...)
+			dups := possibleDups()
+			reason := 0.0
+			if c.reason != "" {
+				reason = testutil.ToFloat64(kafka.PossibleDups.WithLabelValues("kafka-test", c.reason))
+			}
+			a2 := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", "a", 2))}
+			for range c.codes {
+				if err := s.Write(context.Background(), a2); err == nil {
+					t.Fatal("a Write the broker did not take reported success")
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := s.Write(ctx, a2); err != nil {
+				t.Fatalf("the last retry of a/2: %v", err)
+			}
+			want := 0.0
+			if c.reason != "" {
+				want = 1
+				if d := testutil.ToFloat64(kafka.PossibleDups.WithLabelValues("kafka-test", c.reason)) - reason; d != 1 {
+					t.Errorf("kubewire_kafka_possible_duplicates_total{reason=%q} grew by %v, want 1", c.reason, d)
+				}
+			}
+			if d := possibleDups() - dups; d != want {
+				t.Errorf("kubewire_kafka_possible_duplicates_total grew by %v over every reason, want %v", d, want)
+			}
+			if got := contents(t, f.addr(), topic); got != "warm-up/1,a/2" {
+				t.Errorf("the partition holds %s, want warm-up/1,a/2", got)
+			}
+		})
+	}
+}
+
+// The sink closes while a delete is split: its event acknowledged, its
+// tombstone in a request in doubt. Both are written again by the next
+// process, so both are counted as possible duplicates.
+func TestClosingWithADeleteSplitOverAnAcknowledgedRequestAndOneInDoubtCountsBothRecords(t *testing.T) {
+	f := startFake(t)
+	s, _, _ := newLoggedSink(t, f.addr(), func(k *kafka.Config) {
+		k.Batch = &kafka.Batch{MaxMessages: 1, Linger: config.NewDuration(0)}
+	})
+	connect(t, s)
+	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1))
+
+	answerInTurn(f, 0, 7)
+	before := testutil.ToFloat64(kafka.PossibleDups.WithLabelValues("kafka-test", "closed"))
+	del := []*encoding.Event{mustEvent(t, sinktest.Change(informer.OpDeleted, "team-a", "a", 2))}
+	if err := s.Write(context.Background(), del); err == nil {
+		t.Fatal("a Write whose tombstone's request is in doubt reported success")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if d := testutil.ToFloat64(kafka.PossibleDups.WithLabelValues("kafka-test", "closed")) - before; d != 2 {
+		t.Errorf("kubewire_kafka_possible_duplicates_total{reason=\"closed\"} grew by %v, want 2: the event and the tombstone", d)
 	}
 }
