@@ -121,6 +121,12 @@ func answerInTurn(f *fakeKafka, answers ...int16) *produceLog {
 // that copy's answer, and answers the sink's request itself. appended
 // waits for the copy's outcome. Every later request is handled normally.
 func appendThenAnswer(f *fakeKafka, topic string, answer func(kmsg.Request) (kmsg.Response, error)) (l *produceLog, appended func() error) {
+	return appendThenAnswerAt(f, topic, 1, answer)
+}
+
+// appendThenAnswerAt is appendThenAnswer for the sink's n-th produce
+// request (from 1): the ones before it are handled normally too.
+func appendThenAnswerAt(f *fakeKafka, topic string, n int, answer func(kmsg.Request) (kmsg.Response, error)) (l *produceLog, appended func() error) {
 	l = &produceLog{}
 	done := make(chan error, 1)
 	var forwarding atomic.Bool
@@ -129,7 +135,7 @@ func appendThenAnswer(f *fakeKafka, topic string, answer func(kmsg.Request) (kms
 		if forwarding.Load() {
 			return nil, nil, false // the copy: the broker appends it
 		}
-		if l.add(req) != 1 {
+		if l.add(req) != n {
 			return nil, nil, false
 		}
 		forwarding.Store(true)

@@ -62,6 +62,14 @@ func EventBatch(evs []*encoding.Event) (direct, kafkaGo []byte, bound int, err e
 	return direct, kafkaGo, bound, err
 }
 
+// RecordSizes is what batch.maxBytes counts of ev's record, and of the
+// tombstone that follows it when ev is a delete.
+func RecordSizes(ev *encoding.Event) (event, tombstone int) {
+	r := (&Sink{}).newRecord(ev)
+	t := record{key: r.key, kind: kindTombstone}
+	return r.size(), t.size()
+}
+
 // SetProbeInterval sets how often the idle connection probe runs. Call it
 // before Connect.
 func SetProbeInterval(s sinks.Sink, d time.Duration) { s.(*Sink).probeEvery = d }
@@ -75,4 +83,5 @@ var (
 	Oversized      = mOversized
 	ProduceResends = mProduceResends
 	SequenceErrors = mSequenceErrors
+	PossibleDups   = mPossibleDuplicates
 )

@@ -42,7 +42,10 @@ import (
 // another is a duplicate, and the loop never has more than one sequence
 // range in doubt. Records that a resent batch got acknowledged are not sent
 // again when the dispatcher's retry of their Write reaches the loop (the
-// retry starts with them, see partition.skipResolved).
+// retry starts with them, see partition.skipResolved). Nor are records
+// acknowledged before the request in doubt whose event failed with it: a
+// delete whose event went out in the acknowledged request and whose
+// tombstone is in doubt is retried as its tombstone alone (placed.go).
 //
 // In doubt is the default: an answer moves the sequence on only if it says
 // for certain that the broker did not append the batch and never will (see
@@ -531,6 +534,11 @@ func (p *partition) sendPending() error {
 		s.log.Error("Kafka refused the producer's sequence: the broker may have lost records it had acknowledged; moving to a new producer epoch",
 			"topic", p.topic, "partition", p.id, "producerId", p.producer.id, "epoch", p.producer.epoch,
 			"sequence", p.producer.seq, "records", len(pd.records), "copies", pd.sends, "err", err)
+		if pd.doubt {
+			// An earlier copy may be in the log after all (a broker that
+			// lost its producer state but not the log).
+			s.possibleDuplicates(dupSequenceError, len(pd.records))
+		}
 		p.pending = nil
 		p.producer.failed()
 	case errors.Is(err, kafkago.InvalidProducerEpoch) || errors.Is(err, kafkago.ProducerFenced) ||
@@ -539,6 +547,9 @@ func (p *partition) sendPending() error {
 		// every copy sent under it is fenced already; start afresh.
 		s.log.Warn("Kafka fenced the partition's idempotent producer; taking a new producer id",
 			"topic", p.topic, "partition", p.id, "producerId", p.producer.id, "epoch", p.producer.epoch, "err", err)
+		if pd.doubt {
+			s.possibleDuplicates(dupFenced, len(pd.records))
+		}
 		p.pending = nil
 		p.producer = producer{}
 	default:
@@ -582,5 +593,6 @@ func (p *partition) giveUp(err error) {
 	p.s.log.Warn("Kafka refused a batch for good after an earlier copy's fate was unknown; moving to a new producer epoch, its records may be repeated",
 		"topic", p.topic, "partition", p.id, "producerId", p.producer.id, "epoch", p.producer.epoch,
 		"sequence", p.producer.seq, "records", len(pd.records), "copies", pd.sends, "err", err)
+	p.s.possibleDuplicates(dupRefusedAfterDoubt, len(pd.records))
 	p.producer.failed()
 }

@@ -91,9 +91,10 @@ type Sink struct {
 	watching   bool
 	probeEvery time.Duration
 
-	// markers holds the partitions that took a marker whose Write failed
-	// elsewhere (markers.go).
-	markers markerAcks
+	// placed holds the partitions that took a record of an event whose
+	// Write failed: a marker that failed elsewhere, a delete whose
+	// tombstone failed (placed.go).
+	placed placedRecords
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -264,6 +265,9 @@ func (s *Sink) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("kafka: close: %w", ctx.Err())
 	}
+	// Records of events whose retry never came: the next process writes
+	// those events again, whole.
+	s.possibleDuplicates(dupClosed, s.placed.records())
 	if tr != nil {
 		tr.CloseIdleConnections()
 	}

@@ -56,6 +56,20 @@ var (
 		Help: "Kafka batches refused for their idempotent producer sequence (possible data loss on the broker), by sink and error.",
 	}, []string{"sink", "error"})
 
+	// mPossibleDuplicates counts records that may be in their partition
+	// twice, by why: each is sent again as a new record, or will be by the
+	// next process, while an earlier copy may be in the log. The reasons
+	// are the only ways this happens (docs/sinks/kafka.md):
+	// refused_after_doubt, fenced and sequence_error (an idempotent batch
+	// in doubt that could not go out again unchanged), not_idempotent (a
+	// request in doubt without the idempotent producer) and closed (the
+	// sink closed with a batch in doubt, or with records of events that
+	// failed after their partition acknowledged them).
+	mPossibleDuplicates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_kafka_possible_duplicates_total",
+		Help: "Kafka records that may be in their partition twice (same CloudEvent id), by sink and reason (refused_after_doubt, fenced, sequence_error, not_idempotent, closed).",
+	}, []string{"sink", "reason"})
+
 	// mProduceDuration observes produce round trips, named like the
 	// other duration histograms (_duration_seconds).
 	mProduceDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -109,7 +123,24 @@ func (m *series) observeProduce(seconds float64) {
 // types registers them (sinks.NewRegistry).
 func (*Config) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{mProduceRequests, mRecords, mOversized, mBatchRecords, mProduceDuration, mProduceSeconds,
-		mProduceResends, mSequenceErrors}
+		mProduceResends, mSequenceErrors, mPossibleDuplicates}
+}
+
+// Why a record may be in its partition twice (mPossibleDuplicates).
+const (
+	dupRefusedAfterDoubt = "refused_after_doubt"
+	dupFenced            = "fenced"
+	dupSequenceError     = "sequence_error"
+	dupNotIdempotent     = "not_idempotent"
+	dupClosed            = "closed"
+)
+
+// possibleDuplicates counts n records that may be in their partition
+// twice. It is not on the path of a request that succeeds.
+func (s *Sink) possibleDuplicates(reason string, n int) {
+	if n > 0 {
+		mPossibleDuplicates.WithLabelValues(s.name, reason).Add(float64(n))
+	}
 }
 
 // series returns the sink's per-request series.

@@ -126,6 +126,11 @@ func (p *partition) run(ctx context.Context) {
 		batch := p.next(ctx)
 		if batch == nil {
 			p.drain(ctx.Err())
+			if p.pending != nil && p.pending.doubt {
+				// Its events were not acknowledged: the next process
+				// writes them again, under another producer id.
+				p.s.possibleDuplicates(dupClosed, len(p.pending.records))
+			}
 			return
 		}
 		p.send(batch)
@@ -249,7 +254,9 @@ func (p *partition) drain(err error) {
 // unchanged, the Write's retry then repeats at most one event of each
 // object. A unit whose records all went out succeeds even if a later
 // request failed, and each unit says how much of it went out: Write
-// acknowledges the events of that prefix and fails the rest.
+// acknowledges the events of that prefix and fails the rest. A delete
+// whose event is in that prefix and whose tombstone is not fails, and
+// Write remembers that its event is in the log (placed.go).
 func (p *partition) send(batch []*unit) {
 	b := p.s.cfg.Batch
 	var err error
@@ -317,7 +324,7 @@ func (p *partition) produce(items []item) error {
 	// waiting.
 	recs := make([]kafkago.Record, len(rs))
 	setRecords(recs, make([]payload, 2*len(rs)), rs)
-	return p.roundTrip(rs, func(deadline time.Time) (*kafkago.ProduceResponse, error) {
+	err := p.roundTrip(rs, func(deadline time.Time) (*kafkago.ProduceResponse, error) {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		return s.client.Produce(ctx, &kafkago.ProduceRequest{
@@ -328,6 +335,12 @@ func (p *partition) produce(items []item) error {
 			Compression:  s.compression,
 		})
 	})
+	if err != nil && classify(err) == inDoubt {
+		// The retry sends the records again as new ones, and nothing
+		// tells the broker that they may be in the log already.
+		s.possibleDuplicates(dupNotIdempotent, len(rs))
+	}
+	return err
 }
 
 // setRecords fills recs, kafka-go's form of rs, with the keys and values

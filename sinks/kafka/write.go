@@ -109,8 +109,11 @@ type group struct {
 // key's partition, followed by a tombstone if it is a delete and
 // tombstones are on; a snapshot marker or a gap goes to every partition of
 // its topic, so a consumer of any one partition sees the snapshot's frame
-// and hears of the gap. An
-// event is acknowledged once every record of it is.
+// and hears of the gap. An event is acknowledged once every record of it
+// is. A record a partition acknowledged is never sent to it again as a new
+// record: the retry of an event that failed elsewhere (a marker), or whose
+// later record failed (a delete's tombstone), skips what the partition
+// holds (placed.go).
 //
 // Per-key order: all events of a key go to one partition, whose loop sends
 // them in order and stops at the first failure; every record after it
@@ -139,7 +142,10 @@ func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 	// rest of this Write: its later events must not overtake the failed
 	// ones, and one lookup per event would only repeat the failure.
 	var topicErr map[string]error
-	var markers []int // indexes of the markers among events
+	// tracked are the indexes of the events with records that partitions
+	// may already hold (placed.go): the markers, and deletes whose event
+	// an earlier Write got acknowledged.
+	var tracked []int
 	for i, ev := range events {
 		name, err := s.topicFor(ev)
 		if err != nil {
@@ -163,8 +169,9 @@ func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 		r.idx = i
 		share := groupShare(len(events)-i, len(t.parts))
 		if r.kind == kindMarker {
-			markers = append(markers, i)
-			held := s.markers.acked(ev)
+			tracked = append(tracked, i)
+			o.markers = true
+			held := s.placed.acked(ev)
 			for _, p := range t.parts {
 				if _, ok := held[p.id]; !ok {
 					add(p, r, share)
@@ -173,17 +180,25 @@ func (s *Sink) Write(ctx context.Context, events []*encoding.Event) error {
 			continue
 		}
 		p := t.parts[s.balancer.Balance(kafkago.Message{Key: r.key}, t.ids...)]
-		add(p, r, share)
-		if s.tombstones && ev.Type() == encoding.TypeDeleted {
-			add(p, record{key: r.key, time: r.time, kind: kindTombstone, src: ev, idx: i}, share)
+		if !s.tombstones || ev.Type() != encoding.TypeDeleted {
+			add(p, r, share)
+			continue
 		}
+		if _, held := s.placed.acked(ev)[p.id]; held {
+			// The retry of a delete whose event went out in a request that
+			// was acknowledged, and its tombstone in one that was not:
+			// only the tombstone is left to send.
+			tracked = append(tracked, i)
+		} else {
+			add(p, r, share)
+		}
+		add(p, record{key: r.key, time: r.time, kind: kindTombstone, src: ev, idx: i}, share)
 	}
-	o.markers = len(markers) > 0
 	s.send(ctx, groups, &o)
-	for _, i := range markers {
+	for _, i := range tracked {
 		// Written everywhere, or never to be: no retry will ask again.
 		if err := o.err(i); err == nil || errors.Is(err, sinks.ErrPermanent) {
-			s.markers.forget(events[i])
+			s.placed.forget(events[i])
 		}
 	}
 	return o.be.ErrorOrNil()
@@ -204,7 +219,7 @@ type outcomes struct {
 	n  int
 	be *sinks.BatchError
 	// markers: the Write holds a snapshot marker, whose partitions are
-	// noted as they acknowledge it (markers.go). Most Writes hold none,
+	// noted as they acknowledge it (placed.go). Most Writes hold none,
 	// and skip that walk over their records.
 	markers bool
 }
@@ -261,6 +276,7 @@ func (s *Sink) send(ctx context.Context, groups []*group, o *outcomes) {
 		case errors.Is(err, sinks.ErrTooLarge):
 			tooLarge = append(tooLarge, i)
 		default:
+			s.notePlacedEvent(groups[i], u.sent)
 			o.failFrom(groups[i], u.sent, err)
 		}
 	}
@@ -274,9 +290,26 @@ func (s *Sink) send(ctx context.Context, groups []*group, o *outcomes) {
 func (s *Sink) notePlacedMarkers(p *partition, recs []record) {
 	for i := range recs {
 		if recs[i].kind == kindMarker {
-			s.markers.add(recs[i].src, p.id)
+			s.placed.add(recs[i].src, p.id)
 		}
 	}
+}
+
+// notePlacedEvent is called when g's records fail from first on, those
+// before it acknowledged. If the first that failed is a delete's tombstone
+// and the one before it that delete's event, the delete fails, but its
+// event is in the log: it is recorded so that the delete's retry sends only
+// the tombstone. Only a delete has two records in one partition, so no
+// other event can be split like this.
+func (s *Sink) notePlacedEvent(g *group, first int) {
+	if first == 0 || first >= len(g.records) {
+		return
+	}
+	prev := &g.records[first-1]
+	if prev.idx != g.records[first].idx || prev.kind != kindEvent {
+		return
+	}
+	s.placed.add(prev.src, g.p.id)
 }
 
 // sendOneByOne sends g's records after the first skip (which went out
@@ -302,6 +335,7 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, o *outcomes
 			continue
 		}
 		if !errors.Is(err, sinks.ErrTooLarge) || r.ev == nil {
+			s.notePlacedEvent(g, j)
 			o.failFrom(g, j, err)
 			return
 		}
