@@ -132,16 +132,7 @@ func (s *JetStreamSource) Run(ctx context.Context) error {
 		// No report after Run returned.
 		defer func() { nc.RemoveStatusListener(st); <-reported }()
 	}
-	for {
-		before := s.read.Load()
-		err := s.attempt(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if werr := r.wait(ctx, err, s.read.Load() != before); werr != nil {
-			return werr
-		}
-	}
+	return r.run(ctx, &s.read, s.attempt)
 }
 
 // attempt reads until ctx ends or reading fails. Until an attempt got as far

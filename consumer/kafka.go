@@ -155,17 +155,7 @@ type bounds struct{ first, end int64 }
 // KafkaConfig.OnError and Run reads on after a backoff, from the View's
 // position in the topic (a group: from its committed offsets).
 func (s *KafkaSource) Run(ctx context.Context) error {
-	r := newRetrier("topic "+s.cfg.Topic, s.cfg.OnError, s.cfg.MaxBackoff)
-	for {
-		before := s.read.Load()
-		err := s.attempt(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if werr := r.wait(ctx, err, s.read.Load() != before); werr != nil {
-			return werr
-		}
-	}
+	return newRetrier("topic "+s.cfg.Topic, s.cfg.OnError, s.cfg.MaxBackoff).run(ctx, &s.read, s.attempt)
 }
 
 // attempt reads until ctx ends or reading fails. Until an attempt got as far

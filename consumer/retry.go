@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,6 +28,22 @@ func newRetrier(what string, onError func(error, time.Duration), max time.Durati
 		max = DefaultMaxBackoff
 	}
 	return &retrier{what: what, onError: onError, max: max}
+}
+
+// run calls attempt until ctx ends, and then returns ctx's error. After an
+// attempt that failed, it waits (wait) before the next one; an attempt that
+// moved read, the count of messages the source handled, made progress.
+func (r *retrier) run(ctx context.Context, read *atomic.Int64, attempt func(context.Context) error) error {
+	for {
+		before := read.Load()
+		err := attempt(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if werr := r.wait(ctx, err, read.Load() != before); werr != nil {
+			return werr
+		}
+	}
 }
 
 // wait reports err and waits before the next attempt; an attempt that read
