@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/base/shape"
 )
 
 // Object is what a View holds for one key: the object's JSON and the few
@@ -93,15 +94,8 @@ func objectJSON(data []byte, reference bool) ([]byte, bool, error) {
 		}
 	}
 	// A reference: apiVersion, kind, namespace, name, uid and
-	// resourceVersion at the top.
-	var ref struct {
-		APIVersion      string `json:"apiVersion"`
-		Kind            string `json:"kind"`
-		Namespace       string `json:"namespace,omitempty"`
-		Name            string `json:"name"`
-		UID             string `json:"uid"`
-		ResourceVersion string `json:"resourceVersion"`
-	}
+	// resourceVersion at the top, as the reference payload mode writes it.
+	var ref shape.Reference
 	if err := json.Unmarshal(data, &ref); err != nil || ref.UID == "" {
 		return nil, false, fmt.Errorf("data is neither an object, a diff nor a reference")
 	}
