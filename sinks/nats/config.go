@@ -545,14 +545,7 @@ func validateNATSJetStream(p *field.Path, js *JetStream, template string) field.
 		errs = append(errs, field.Invalid(sp.Child("subjects"), s.Subjects,
 			fmt.Sprintf("must capture every subject the template produces (%q); otherwise publishes to the others never succeed", produced)))
 	}
-	switch s.Storage {
-	case "", StorageFile, StorageMemory:
-	default:
-		errs = append(errs, field.NotSupported(sp.Child("storage"), s.Storage, []string{StorageFile, StorageMemory}))
-	}
-	if s.Replicas != 0 {
-		errs = append(errs, config.ValidateRange(sp.Child("replicas"), s.Replicas, 1, MaxStreamReplicas)...)
-	}
+	errs = append(errs, validateStorage(sp, s.Storage, s.Replicas)...)
 	ap := sp.Child("maxAge")
 	if bad := config.ValidateDuration(ap, s.MaxAge); bad != nil {
 		errs = append(errs, bad)
@@ -596,13 +589,20 @@ func validateNATSKV(p *field.Path, kv *KV) field.ErrorList {
 		}
 		return errs
 	}
-	switch kv.Storage {
+	return append(errs, validateStorage(p, kv.Storage, kv.Replicas)...)
+}
+
+// validateStorage checks the storage and replicas of a stream or a bucket
+// kubewire creates, at p; "" and 0 take the defaults.
+func validateStorage(p *field.Path, storage string, replicas int) field.ErrorList {
+	var errs field.ErrorList
+	switch storage {
 	case "", StorageFile, StorageMemory:
 	default:
-		errs = append(errs, field.NotSupported(p.Child("storage"), kv.Storage, []string{StorageFile, StorageMemory}))
+		errs = append(errs, field.NotSupported(p.Child("storage"), storage, []string{StorageFile, StorageMemory}))
 	}
-	if kv.Replicas != 0 {
-		errs = append(errs, config.ValidateRange(p.Child("replicas"), kv.Replicas, 1, MaxStreamReplicas)...)
+	if replicas != 0 {
+		errs = append(errs, config.ValidateRange(p.Child("replicas"), replicas, 1, MaxStreamReplicas)...)
 	}
 	return errs
 }
