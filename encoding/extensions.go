@@ -60,18 +60,33 @@ var Extensions = []string{
 	ExtChangedBy, ExtChangeOp, ExtChangeTime,
 }
 
-// HeaderNames are a binding's binary-mode header names of the extensions:
-// the binding's prefix and the extension's name, made once rather than per
-// event for every name in Extensions.
+// HeaderNames are a binding's binary-mode header names: the binding's
+// prefix and an attribute's name, made once rather than per event, for the
+// spec's attributes and for every name in Extensions.
 type HeaderNames struct {
+	// SpecVersion, ID, Source, Type, Subject, Time and DataSchema are the
+	// headers of the spec's attributes. datacontenttype has none: every
+	// binding carries it in its own content-type header.
+	SpecVersion, ID, Source, Type, Subject, Time, DataSchema string
+
 	prefix string
 	known  map[string]string
 }
 
 // NewHeaderNames prepares the header names of prefix ("ce_" for Kafka,
-// "ce-" for NATS).
+// "ce-" for NATS and HTTP).
 func NewHeaderNames(prefix string) *HeaderNames {
-	h := &HeaderNames{prefix: prefix, known: make(map[string]string, len(Extensions))}
+	h := &HeaderNames{
+		SpecVersion: prefix + "specversion",
+		ID:          prefix + "id",
+		Source:      prefix + "source",
+		Type:        prefix + "type",
+		Subject:     prefix + "subject",
+		Time:        prefix + "time",
+		DataSchema:  prefix + "dataschema",
+		prefix:      prefix,
+		known:       make(map[string]string, len(Extensions)),
+	}
 	for _, name := range Extensions {
 		h.known[name] = prefix + name
 	}

@@ -132,22 +132,12 @@ func unhex(c byte) (byte, bool) {
 // net/http canonicalises them on the receiving side.
 const TextHeaderPrefix = "ce-"
 
-// Headers of the attributes SetTextHeaders sets.
-const (
-	textHeaderID         = TextHeaderPrefix + "id"
-	textHeaderSource     = TextHeaderPrefix + "source"
-	textHeaderType       = TextHeaderPrefix + "type"
-	textHeaderSubject    = TextHeaderPrefix + "subject"
-	textHeaderTime       = TextHeaderPrefix + "time"
-	textHeaderDataSchema = TextHeaderPrefix + "dataschema"
-)
-
-// textExtensionHeaders names the extensions' headers, once for the process.
-var textExtensionHeaders = NewHeaderNames(TextHeaderPrefix)
+// textHeaders names the attributes' headers, once for the process.
+var textHeaders = NewHeaderNames(TextHeaderPrefix)
 
 // TextExtensionHeader is the binary-mode header of extension name in the
 // NATS and HTTP bindings.
-func TextExtensionHeader(name string) string { return textExtensionHeaders.Extension(name) }
+func TextExtensionHeader(name string) string { return textHeaders.Extension(name) }
 
 // SetTextHeaders sets in h (a nats.Header or an http.Header) the
 // binary-mode header of each of ev's attributes, with its value
@@ -186,20 +176,20 @@ func AppendTextHeaders(b []byte, ev *Event) []byte {
 // order SetTextHeaders documents, and setTime with the time, which callers
 // format as they can afford.
 func eachTextHeader(ev *Event, set func(name, v string), setTime func(name string, t time.Time)) {
-	set(textHeaderID, ev.ID())
-	set(textHeaderSource, ev.Source())
-	set(textHeaderType, ev.Type())
+	set(textHeaders.ID, ev.ID())
+	set(textHeaders.Source, ev.Source())
+	set(textHeaders.Type, ev.Type())
 	if v := ev.Subject(); v != "" {
-		set(textHeaderSubject, v)
+		set(textHeaders.Subject, v)
 	}
 	if t := ev.Time(); !t.IsZero() {
-		setTime(textHeaderTime, t.UTC())
+		setTime(textHeaders.Time, t.UTC())
 	}
 	if v := ev.DataSchema(); v != "" {
-		set(textHeaderDataSchema, v)
+		set(textHeaders.DataSchema, v)
 	}
 	for i := range ev.Len() {
 		x := ev.At(i)
-		set(textExtensionHeaders.Extension(x.Name), x.Value)
+		set(textHeaders.Extension(x.Name), x.Value)
 	}
 }

@@ -40,27 +40,27 @@ func encodeBinary(ev *encoding.Event) kafkago.Message {
 		return buf[start:len(buf):len(buf)]
 	}
 	// In sdk-go's order: the spec's attributes, then the extensions.
-	add(headerSpecVersion, str(event.CloudEventsVersionV1))
-	add(headerID, str(ev.ID()))
-	add(headerSource, str(ev.Source()))
-	add(headerType, str(ev.Type()))
+	add(ceHeaders.SpecVersion, str(event.CloudEventsVersionV1))
+	add(ceHeaders.ID, str(ev.ID()))
+	add(ceHeaders.Source, str(ev.Source()))
+	add(ceHeaders.Type, str(ev.Type()))
 	if v := ev.DataContentType(); v != "" {
 		add(HeaderContentType, str(v))
 	}
 	if v := ev.DataSchema(); v != "" {
-		add(headerDataSchema, str(v))
+		add(ceHeaders.DataSchema, str(v))
 	}
 	if v := ev.Subject(); v != "" {
-		add(headerSubject, str(v))
+		add(ceHeaders.Subject, str(v))
 	}
 	if t := ev.Time(); !t.IsZero() {
 		start := len(buf)
 		buf = t.UTC().AppendFormat(buf, time.RFC3339Nano)
-		add(headerTime, buf[start:len(buf):len(buf)])
+		add(ceHeaders.Time, buf[start:len(buf):len(buf)])
 	}
 	for i := range n {
 		x := ev.At(i)
-		add(extensionHeaders.Extension(x.Name), str(x.Value))
+		add(ceHeaders.Extension(x.Name), str(x.Value))
 	}
 	m := kafkago.Message{Headers: hs}
 	if hasKey {
@@ -76,8 +76,8 @@ func encodeBinary(ev *encoding.Event) kafkago.Message {
 // of their names and values, the time's at its longest: what
 // appendEventHeaders writes, less framing.
 func eventHeadersSize(ev *encoding.Event) (count, size int) {
-	count, size = 4, len(headerSpecVersion)+len(event.CloudEventsVersionV1)+len(headerID)+len(ev.ID())+
-		len(headerSource)+len(ev.Source())+len(headerType)+len(ev.Type())
+	count, size = 4, len(ceHeaders.SpecVersion)+len(event.CloudEventsVersionV1)+len(ceHeaders.ID)+len(ev.ID())+
+		len(ceHeaders.Source)+len(ev.Source())+len(ceHeaders.Type)+len(ev.Type())
 	opt := func(name, v string) {
 		if v != "" {
 			count++
@@ -85,16 +85,16 @@ func eventHeadersSize(ev *encoding.Event) (count, size int) {
 		}
 	}
 	opt(HeaderContentType, ev.DataContentType())
-	opt(headerDataSchema, ev.DataSchema())
-	opt(headerSubject, ev.Subject())
+	opt(ceHeaders.DataSchema, ev.DataSchema())
+	opt(ceHeaders.Subject, ev.Subject())
 	if !ev.Time().IsZero() {
 		count++
-		size += len(headerTime) + len(time.RFC3339Nano)
+		size += len(ceHeaders.Time) + len(time.RFC3339Nano)
 	}
 	for i := range ev.Len() {
 		x := ev.At(i)
 		count++
-		size += len(extensionHeaders.Extension(x.Name)) + len(x.Value)
+		size += len(ceHeaders.Extension(x.Name)) + len(x.Value)
 	}
 	return count, size
 }
@@ -116,22 +116,22 @@ func appendEventHeaders(b []byte, ev *encoding.Event) []byte {
 		count++
 	}
 	b = binary.AppendVarint(b, int64(count))
-	b = appendHeader(b, headerSpecVersion, event.CloudEventsVersionV1)
-	b = appendHeader(b, headerID, ev.ID())
-	b = appendHeader(b, headerSource, ev.Source())
-	b = appendHeader(b, headerType, ev.Type())
+	b = appendHeader(b, ceHeaders.SpecVersion, event.CloudEventsVersionV1)
+	b = appendHeader(b, ceHeaders.ID, ev.ID())
+	b = appendHeader(b, ceHeaders.Source, ev.Source())
+	b = appendHeader(b, ceHeaders.Type, ev.Type())
 	if v := ev.DataContentType(); v != "" {
 		b = appendHeader(b, HeaderContentType, v)
 	}
 	if v := ev.DataSchema(); v != "" {
-		b = appendHeader(b, headerDataSchema, v)
+		b = appendHeader(b, ceHeaders.DataSchema, v)
 	}
 	if v := ev.Subject(); v != "" {
-		b = appendHeader(b, headerSubject, v)
+		b = appendHeader(b, ceHeaders.Subject, v)
 	}
 	if t := ev.Time(); !t.IsZero() {
-		b = binary.AppendVarint(b, int64(len(headerTime)))
-		b = append(b, headerTime...)
+		b = binary.AppendVarint(b, int64(len(ceHeaders.Time)))
+		b = append(b, ceHeaders.Time...)
 		// The value's length is one varint byte whatever the time: an
 		// RFC 3339 time with nanoseconds is at most 35 bytes.
 		at := len(b)
@@ -140,7 +140,7 @@ func appendEventHeaders(b []byte, ev *encoding.Event) []byte {
 	}
 	for i := range ev.Len() {
 		x := ev.At(i)
-		b = appendHeader(b, extensionHeaders.Extension(x.Name), x.Value)
+		b = appendHeader(b, ceHeaders.Extension(x.Name), x.Value)
 	}
 	return b
 }
@@ -156,16 +156,6 @@ func appendHeader(b []byte, name, value string) []byte {
 // the batch encoders only read it.
 func readOnlyBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
-// Header names of the spec's attributes (binding 3.2.3).
-const (
-	headerSpecVersion = HeaderPrefix + "specversion"
-	headerID          = HeaderPrefix + "id"
-	headerSource      = HeaderPrefix + "source"
-	headerType        = HeaderPrefix + "type"
-	headerDataSchema  = HeaderPrefix + "dataschema"
-	headerSubject     = HeaderPrefix + "subject"
-	headerTime        = HeaderPrefix + "time"
-)
-
-// extensionHeaders names the extensions' headers, once for the process.
-var extensionHeaders = encoding.NewHeaderNames(HeaderPrefix)
+// ceHeaders names the attributes' headers (binding 3.2.3), once for the
+// process.
+var ceHeaders = encoding.NewHeaderNames(HeaderPrefix)
