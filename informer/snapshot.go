@@ -7,21 +7,13 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/tick"
 )
 
 // snapshotEvery takes periodic snapshots until ctx ends.
 func (w *Watcher) snapshotEvery(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	deferred := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			deferred = w.periodicSnapshot(deferred)
-		}
-	}
+	tick.Every(ctx, every, func() { deferred = w.periodicSnapshot(deferred) })
 }
 
 // periodicSnapshot takes a snapshot unless the Output still holds the

@@ -14,6 +14,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 
+	"github.com/kubewire/kubewire/internal/base/tick"
 	"github.com/kubewire/kubewire/internal/base/tlsfiles"
 	"github.com/kubewire/kubewire/sinks"
 )
@@ -156,19 +157,12 @@ var connectionCodes = []kafkago.Error{
 // when it stops.
 func (s *Sink) watchConnection(ctx context.Context, every time.Duration) {
 	defer s.wg.Done()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func() {
 		if time.Since(s.link.start)-time.Duration(s.link.lastOK.Load()) < every {
-			continue // a request succeeded within the interval
+			return // a request succeeded within the interval
 		}
 		s.probe(ctx)
-	}
+	})
 }
 
 // probe checks the connection once (see the comment at the top of this

@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/tick"
 )
 
 // Entry is the checkpoint of one resource.
@@ -152,15 +153,8 @@ func sameEntry(a, b Entry) bool { return a.Hash == b.Hash && maps.Equal(a.Stream
 // Run saves what collect gives every interval until ctx ends. Errors are
 // logged, and the next turn tries again.
 func (s *Store) Run(ctx context.Context, every time.Duration, collect func() map[string]Entry) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func() {
 		err := s.Save(ctx, collect())
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
@@ -170,5 +164,5 @@ func (s *Store) Run(ctx context.Context, every time.Duration, collect func() map
 			s.log.Info("checkpoint saved again", "lease", s.Name())
 			failing = false
 		}
-	}
+	})
 }

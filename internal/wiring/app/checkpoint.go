@@ -10,6 +10,7 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/base/checkpoint"
 	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/tick"
 )
 
 // DefaultCheckpointInterval is how often a moving checkpoint is saved: at
@@ -163,18 +164,11 @@ func newer(a, b string) bool {
 // savePositionsEvery writes the spool positions every interval until ctx
 // ends.
 func (a *App) savePositionsEvery(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func() {
 		if err := a.positions.Save(a.spoolPositions()); err != nil {
 			a.log.Warn("spool positions not saved; retrying", "err", err)
 		}
-	}
+	})
 }
 
 // spoolPositions collects every running watcher's spool position.
