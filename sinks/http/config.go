@@ -108,27 +108,19 @@ func (c *Config) Defaulted() Config {
 	if d.ContentMode == "" {
 		d.ContentMode = config.ContentModeBinary
 	}
-	if d.Timeout.Unset() {
-		d.Timeout.Duration = DefaultTimeout
-	}
+	d.Timeout.Default(DefaultTimeout)
 	d.Batch = nil
 	if c.Batch != nil || d.ContentMode == ContentModeBatched {
-		b := Batch{}
-		if c.Batch != nil {
-			b = *c.Batch
-		}
+		b := config.CopyOr(c.Batch, Batch{})
 		if b.MaxEvents == 0 {
 			b.MaxEvents = DefaultBatchMaxEvents
 		}
 		if b.MaxBytes == 0 {
 			b.MaxBytes = DefaultBatchMaxBytes
 		}
-		d.Batch = &b
+		d.Batch = b
 	}
-	if c.TLS != nil {
-		t := *c.TLS
-		d.TLS = &t
-	}
+	d.TLS = config.Clone(c.TLS)
 	if c.Auth != nil {
 		a := *c.Auth
 		if a.Header == "" {

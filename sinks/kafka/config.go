@@ -213,47 +213,24 @@ func (k *Config) Defaulted() Config {
 	if d.Compression == "" {
 		d.Compression = CompressionNone
 	}
-	b := Batch{}
-	if k.Batch != nil {
-		b = *k.Batch
-	}
+	b := config.CopyOr(k.Batch, Batch{})
 	if b.MaxMessages == 0 {
 		b.MaxMessages = DefaultBatchMaxMessages
 	}
 	if b.MaxBytes == 0 {
 		b.MaxBytes = DefaultBatchMaxBytes
 	}
-	if b.Linger.Unset() {
-		b.Linger.Duration = DefaultBatchLinger
-	}
-	d.Batch = &b
+	b.Linger.Default(DefaultBatchLinger)
+	d.Batch = b
 	if d.ClientID == "" {
 		d.ClientID = "kubewire"
 	}
-	idem := d.Acks == AcksAll
-	if k.Idempotent != nil {
-		idem = *k.Idempotent
-	}
-	d.Idempotent = &idem
-	tomb := true
-	if k.Tombstones != nil {
-		tomb = *k.Tombstones
-	}
-	d.Tombstones = &tomb
-	if d.RequestTimeout.Unset() {
-		d.RequestTimeout.Duration = DefaultRequestTimeout
-	}
-	if d.DialTimeout.Unset() {
-		d.DialTimeout.Duration = DefaultDialTimeout
-	}
-	if k.TLS != nil {
-		t := *k.TLS
-		d.TLS = &t
-	}
-	if k.SASL != nil {
-		s := *k.SASL
-		d.SASL = &s
-	}
+	d.Idempotent = config.CopyOr(k.Idempotent, d.Acks == AcksAll)
+	d.Tombstones = config.CopyOr(k.Tombstones, true)
+	d.RequestTimeout.Default(DefaultRequestTimeout)
+	d.DialTimeout.Default(DefaultDialTimeout)
+	d.TLS = config.Clone(k.TLS)
+	d.SASL = config.Clone(k.SASL)
 	if k.CreateTopics != nil {
 		c := *k.CreateTopics
 		if c.Partitions == 0 {

@@ -195,36 +195,17 @@ func (n *Config) Defaulted() Config {
 	if d.ContentMode == "" {
 		d.ContentMode = config.ContentModeBinary
 	}
-	if n.TLS != nil {
-		t := *n.TLS
-		d.TLS = &t
-	}
-	if n.Auth != nil {
-		a := *n.Auth
-		d.Auth = &a
-	}
-	mr := DefaultMaxReconnects
-	if n.MaxReconnects != nil {
-		mr = *n.MaxReconnects
-	}
-	d.MaxReconnects = &mr
-	if d.ReconnectWait.Unset() {
-		d.ReconnectWait.Duration = DefaultReconnectWait
-	}
+	d.TLS = config.Clone(n.TLS)
+	d.Auth = config.Clone(n.Auth)
+	d.MaxReconnects = config.CopyOr(n.MaxReconnects, DefaultMaxReconnects)
+	d.ReconnectWait.Default(DefaultReconnectWait)
 	if d.ReconnectBufferBytes == 0 {
 		d.ReconnectBufferBytes = DefaultReconnectBufferBytes
 	}
-	if d.ConnectTimeout.Unset() {
-		d.ConnectTimeout.Duration = DefaultConnectTimeout
-	}
-	if d.PublishTimeout.Unset() {
-		d.PublishTimeout.Duration = DefaultPublishTimeout
-	}
+	d.ConnectTimeout.Default(DefaultConnectTimeout)
+	d.PublishTimeout.Default(DefaultPublishTimeout)
 	if d.Mode == ModeJetStream {
-		js := JetStream{}
-		if n.JetStream != nil {
-			js = *n.JetStream
-		}
+		js := config.CopyOr(n.JetStream, JetStream{})
 		if js.MaxPending == 0 {
 			js.MaxPending = DefaultMaxPending
 		}
@@ -260,7 +241,7 @@ func (n *Config) Defaulted() Config {
 			}
 			js.KV = &kv
 		}
-		d.JetStream = &js
+		d.JetStream = js
 	}
 	return d
 }

@@ -81,18 +81,14 @@ func applyDefaults(c *Config, given map[string]bool) {
 	if d.SpoolDir == "" {
 		d.SpoolDir = DefaultSpoolDir
 	}
-	if d.DrainTimeout.Unset() {
-		d.DrainTimeout.Duration = DefaultDrainTimeout
-	}
+	d.DrainTimeout.Default(DefaultDrainTimeout)
 
 	for i := range c.Resources {
 		r := &c.Resources[i]
 		if r.Operations == nil {
 			r.Operations = Operations()
 		}
-		if r.SnapshotInterval.Unset() {
-			r.SnapshotInterval.Duration = DefaultSnapshotInterval
-		}
+		r.SnapshotInterval.Default(DefaultSnapshotInterval)
 		applyShapeDefaults(r)
 	}
 
@@ -113,4 +109,31 @@ func applyDefaults(c *Config, given map[string]bool) {
 // Unset reports whether the duration was neither given nor defaulted.
 func (d Duration) Unset() bool {
 	return !d.set && d.Duration == 0 && d.invalid == ""
+}
+
+// Default sets the duration to v if it is Unset; a duration given, even
+// as 0, stays.
+func (d *Duration) Default(v time.Duration) {
+	if d.Unset() {
+		d.Duration = v
+	}
+}
+
+// Clone returns a pointer to a copy of *p, or nil for nil: a block's
+// Defaulted shares no pointers with the block.
+func Clone[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
+}
+
+// CopyOr returns a pointer to a copy of *p, or to def when p is nil: the
+// defaulted value of an optional field.
+func CopyOr[T any](p *T, def T) *T {
+	if p != nil {
+		def = *p
+	}
+	return &def
 }
