@@ -176,11 +176,14 @@ func (q *notifyQueue) checkSynced() {
 }
 
 // Add and Update apply a watched object and queue an add, or an update
-// from the state stored before.
-func (q *notifyQueue) Add(obj any) error    { return q.upsert(obj) }
-func (q *notifyQueue) Update(obj any) error { return q.upsert(obj) }
+// from the state stored before. Delete removes a watched object and queues
+// its delete, with the state the watch event carries.
+func (q *notifyQueue) Add(obj any) error    { return q.apply(obj, false) }
+func (q *notifyQueue) Update(obj any) error { return q.apply(obj, false) }
+func (q *notifyQueue) Delete(obj any) error { return q.apply(obj, true) }
 
-func (q *notifyQueue) upsert(obj any) error {
+// apply is Add and Update, or Delete when deleted is true.
+func (q *notifyQueue) apply(obj any, deleted bool) error {
 	obj, err := q.transformed(obj)
 	if err != nil {
 		return err
@@ -188,6 +191,13 @@ func (q *notifyQueue) upsert(obj any) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.populate()
+	if deleted {
+		if err := q.store.Delete(obj); err != nil {
+			return err
+		}
+		q.push(notification{kind: notifyDelete, obj: obj})
+		return nil
+	}
 	old, exists, err := q.store.Get(obj)
 	if err != nil {
 		return err
@@ -203,23 +213,6 @@ func (q *notifyQueue) upsert(obj any) error {
 		return err
 	}
 	q.push(notification{kind: notifyAdd, obj: obj})
-	return nil
-}
-
-// Delete removes a watched object and queues its delete, with the state
-// the watch event carries.
-func (q *notifyQueue) Delete(obj any) error {
-	obj, err := q.transformed(obj)
-	if err != nil {
-		return err
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.populate()
-	if err := q.store.Delete(obj); err != nil {
-		return err
-	}
-	q.push(notification{kind: notifyDelete, obj: obj})
 	return nil
 }
 
