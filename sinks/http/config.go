@@ -1,6 +1,7 @@
 package httpsink
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"os"
@@ -105,27 +106,19 @@ type Auth struct {
 // is read when the sink is built.
 func (c *Config) Defaulted() Config {
 	d := *c
-	if d.ContentMode == "" {
-		d.ContentMode = config.ContentModeBinary
-	}
+	d.ContentMode = cmp.Or(d.ContentMode, config.ContentModeBinary)
 	d.Timeout.Default(DefaultTimeout)
 	d.Batch = nil
 	if c.Batch != nil || d.ContentMode == ContentModeBatched {
 		b := config.CopyOr(c.Batch, Batch{})
-		if b.MaxEvents == 0 {
-			b.MaxEvents = DefaultBatchMaxEvents
-		}
-		if b.MaxBytes == 0 {
-			b.MaxBytes = DefaultBatchMaxBytes
-		}
+		b.MaxEvents = cmp.Or(b.MaxEvents, DefaultBatchMaxEvents)
+		b.MaxBytes = cmp.Or(b.MaxBytes, DefaultBatchMaxBytes)
 		d.Batch = b
 	}
 	d.TLS = config.Clone(c.TLS)
 	if c.Auth != nil {
 		a := *c.Auth
-		if a.Header == "" {
-			a.Header = DefaultAuthHeader
-		}
+		a.Header = cmp.Or(a.Header, DefaultAuthHeader)
 		d.Auth = &a
 	}
 	if c.Headers != nil {

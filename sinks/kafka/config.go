@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -198,33 +199,17 @@ type CreateTopics struct {
 func (k *Config) Defaulted() Config {
 	d := *k
 	d.Brokers = append([]string(nil), k.Brokers...)
-	if d.Topic == "" {
-		d.Topic = DefaultTopic
-	}
-	if d.ContentMode == "" {
-		d.ContentMode = config.ContentModeBinary
-	}
-	if d.Balancer == "" {
-		d.Balancer = BalancerMurmur2
-	}
-	if d.Acks == "" {
-		d.Acks = AcksAll
-	}
-	if d.Compression == "" {
-		d.Compression = CompressionNone
-	}
+	d.Topic = cmp.Or(d.Topic, DefaultTopic)
+	d.ContentMode = cmp.Or(d.ContentMode, config.ContentModeBinary)
+	d.Balancer = cmp.Or(d.Balancer, BalancerMurmur2)
+	d.Acks = cmp.Or(d.Acks, AcksAll)
+	d.Compression = cmp.Or(d.Compression, CompressionNone)
 	b := config.CopyOr(k.Batch, Batch{})
-	if b.MaxMessages == 0 {
-		b.MaxMessages = DefaultBatchMaxMessages
-	}
-	if b.MaxBytes == 0 {
-		b.MaxBytes = DefaultBatchMaxBytes
-	}
+	b.MaxMessages = cmp.Or(b.MaxMessages, DefaultBatchMaxMessages)
+	b.MaxBytes = cmp.Or(b.MaxBytes, DefaultBatchMaxBytes)
 	b.Linger.Default(DefaultBatchLinger)
 	d.Batch = b
-	if d.ClientID == "" {
-		d.ClientID = "kubewire"
-	}
+	d.ClientID = cmp.Or(d.ClientID, "kubewire")
 	d.Idempotent = config.CopyOr(k.Idempotent, d.Acks == AcksAll)
 	d.Tombstones = config.CopyOr(k.Tombstones, true)
 	d.RequestTimeout.Default(DefaultRequestTimeout)
@@ -233,15 +218,9 @@ func (k *Config) Defaulted() Config {
 	d.SASL = config.Clone(k.SASL)
 	if k.CreateTopics != nil {
 		c := *k.CreateTopics
-		if c.Partitions == 0 {
-			c.Partitions = DefaultPartitions
-		}
-		if c.ReplicationFactor == 0 {
-			c.ReplicationFactor = DefaultReplicationFactor
-		}
-		if c.CleanupPolicy == "" {
-			c.CleanupPolicy = CleanupDelete
-		}
+		c.Partitions = cmp.Or(c.Partitions, DefaultPartitions)
+		c.ReplicationFactor = cmp.Or(c.ReplicationFactor, DefaultReplicationFactor)
+		c.CleanupPolicy = cmp.Or(c.CleanupPolicy, CleanupDelete)
 		d.CreateTopics = &c
 	}
 	return d

@@ -1,6 +1,7 @@
 package nats
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -186,29 +187,19 @@ type Stream struct {
 func (n *Config) Defaulted() Config {
 	d := *n
 	d.Servers = append([]string(nil), n.Servers...)
-	if d.Mode == "" {
-		d.Mode = ModeJetStream
-	}
-	if d.Subject == "" {
-		d.Subject = DefaultSubject
-	}
-	if d.ContentMode == "" {
-		d.ContentMode = config.ContentModeBinary
-	}
+	d.Mode = cmp.Or(d.Mode, ModeJetStream)
+	d.Subject = cmp.Or(d.Subject, DefaultSubject)
+	d.ContentMode = cmp.Or(d.ContentMode, config.ContentModeBinary)
 	d.TLS = config.Clone(n.TLS)
 	d.Auth = config.Clone(n.Auth)
 	d.MaxReconnects = config.CopyOr(n.MaxReconnects, DefaultMaxReconnects)
 	d.ReconnectWait.Default(DefaultReconnectWait)
-	if d.ReconnectBufferBytes == 0 {
-		d.ReconnectBufferBytes = DefaultReconnectBufferBytes
-	}
+	d.ReconnectBufferBytes = cmp.Or(d.ReconnectBufferBytes, DefaultReconnectBufferBytes)
 	d.ConnectTimeout.Default(DefaultConnectTimeout)
 	d.PublishTimeout.Default(DefaultPublishTimeout)
 	if d.Mode == ModeJetStream {
 		js := config.CopyOr(n.JetStream, JetStream{})
-		if js.MaxPending == 0 {
-			js.MaxPending = DefaultMaxPending
-		}
+		js.MaxPending = cmp.Or(js.MaxPending, DefaultMaxPending)
 		if js.Stream != nil {
 			s := *js.Stream
 			if len(s.Subjects) == 0 {
@@ -216,12 +207,8 @@ func (n *Config) Defaulted() Config {
 			} else {
 				s.Subjects = append([]string(nil), s.Subjects...)
 			}
-			if s.Storage == "" {
-				s.Storage = StorageFile
-			}
-			if s.Replicas == 0 {
-				s.Replicas = DefaultStreamReplicas
-			}
+			s.Storage = cmp.Or(s.Storage, StorageFile)
+			s.Replicas = cmp.Or(s.Replicas, DefaultStreamReplicas)
 			if s.DuplicateWindow.Unset() {
 				s.DuplicateWindow.Duration = DefaultDuplicateWindow
 				// The server refuses a window longer than maxAge.
