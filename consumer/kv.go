@@ -58,14 +58,8 @@ func (s *KVSource) Run(ctx context.Context) error {
 	partition := "KV_" + kv.Bucket()
 	structured := natsgo.Header{"Content-Type": []string{kwnats.ContentTypeStructured}}
 	for {
-		var e jetstream.KeyValueEntry
-		var open bool
-		select {
-		case e, open = <-w.Updates():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if !open {
+		e, err := kwnats.NextKVEntry(ctx, w)
+		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

@@ -3,6 +3,7 @@ package nats
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -86,6 +87,26 @@ func PartitionKeyOfKV(key string) (string, error) {
 		segs[i] = b.String()
 	}
 	return strings.Join(segs, "/"), nil
+}
+
+// ErrKVWatchEnded is NextKVEntry's error for a watch that ended.
+var ErrKVWatchEnded = errors.New("nats: the key-value watch ended")
+
+// NextKVEntry waits for the next entry of a key-value watch: for the sink's
+// pruning of the bucket, and for readers of the bucket. A nil entry says
+// that every key the bucket held when the watch began was delivered. It
+// returns ErrKVWatchEnded once the watch ended, and ctx's error if ctx ends
+// first.
+func NextKVEntry(ctx context.Context, w jetstream.KeyWatcher) (jetstream.KeyValueEntry, error) {
+	select {
+	case e, open := <-w.Updates():
+		if !open {
+			return nil, ErrKVWatchEnded
+		}
+		return e, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // openKV creates or updates the bucket when the config says so, else binds
@@ -248,15 +269,12 @@ func (s *Sink) kvPrune(ctx context.Context, js jetstream.JetStream, kv jetstream
 	defer w.Stop()
 	var stale []*natsgo.Msg
 	for {
-		var e jetstream.KeyValueEntry
-		var open bool
-		select {
-		case e, open = <-w.Updates():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if !open {
+		e, err := NextKVEntry(ctx, w)
+		if errors.Is(err, ErrKVWatchEnded) {
 			return fmt.Errorf("nats: list keys of %s in bucket %s: the watch ended", resource, kv.Bucket())
+		}
+		if err != nil {
+			return err
 		}
 		if e == nil {
 			break
