@@ -72,8 +72,7 @@ func refusal(t *testing.T, h Harness) {
 	}
 
 	s, read = h.New(t)
-	d := dispatch.NewDispatcher("sinktest-refusal", checked(t, s), dispatchOptions(t))
-	d.Start()
+	d := startDispatcher(t, "sinktest-refusal", s)
 	next := &informer.Change{Op: informer.OpSnapshotCompleted, Resource: Resource, Key: Resource.KeyPrefix,
 		SnapshotID: "snap-after", Observed: observed}
 	d.Enqueue(dispatch.NewItem(hugeMarker(h.OversizeBytes)))

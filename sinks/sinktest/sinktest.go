@@ -230,17 +230,9 @@ func batch(t *testing.T, h Harness) {
 
 func order(t *testing.T, h Harness) {
 	s, read := h.New(t)
-	d := dispatch.NewDispatcher("sinktest-order", checked(t, s), dispatchOptions(t))
-	d.Start()
+	d := startDispatcher(t, "sinktest-order", s)
 	const keys, perKey = 20, 25
-	var sent []*encoding.Event
-	for rv := 1; rv <= perKey; rv++ {
-		for k := range keys {
-			c := Change(informer.OpUpdated, nsOf(k), "cm-"+strconv.Itoa(k), rv)
-			d.Enqueue(dispatch.NewItem(c))
-			sent = append(sent, mustEvent(t, c))
-		}
-	}
+	sent := enqueueUpdates(t, d, keys, 1, perKey)
 	closeCtx, cancel := context.WithTimeout(context.Background(), h.Timeout)
 	defer cancel()
 	if n := d.Close(closeCtx); n != 0 {
@@ -252,19 +244,10 @@ func order(t *testing.T, h Harness) {
 
 func restart(t *testing.T, h Harness) {
 	s, read := h.New(t)
-	d := dispatch.NewDispatcher("sinktest-restart", checked(t, s), dispatchOptions(t))
-	d.Start()
+	d := startDispatcher(t, "sinktest-restart", s)
 	const keys, perKey = 30, 40
 	var sent []*encoding.Event
-	enqueue := func(from, to int) {
-		for rv := from; rv <= to; rv++ {
-			for k := range keys {
-				c := Change(informer.OpUpdated, nsOf(k), "cm-"+strconv.Itoa(k), rv)
-				d.Enqueue(dispatch.NewItem(c))
-				sent = append(sent, mustEvent(t, c))
-			}
-		}
-	}
+	enqueue := func(from, to int) { sent = append(sent, enqueueUpdates(t, d, keys, from, to)...) }
 	ctx, cancel := context.WithTimeout(context.Background(), 3*h.Timeout)
 	defer cancel()
 
@@ -282,6 +265,29 @@ func restart(t *testing.T, h Harness) {
 	got := waitForAll(ctx, t, read, sent, h.Timeout)
 	checkKeyOrder(t, sent, got)
 	t.Logf("%d events sent, %d read (%d duplicates)", len(sent), len(got), len(got)-len(sent))
+}
+
+// enqueueUpdates enqueues on d an update of each of keys ConfigMaps at every
+// resourceVersion from..to, one version after the other, and returns their
+// events in that order.
+func enqueueUpdates(t *testing.T, d *dispatch.Dispatcher, keys, from, to int) []*encoding.Event {
+	var sent []*encoding.Event
+	for rv := from; rv <= to; rv++ {
+		for k := range keys {
+			c := Change(informer.OpUpdated, nsOf(k), "cm-"+strconv.Itoa(k), rv)
+			d.Enqueue(dispatch.NewItem(c))
+			sent = append(sent, mustEvent(t, c))
+		}
+	}
+	return sent
+}
+
+// startDispatcher starts a dispatcher named name on s, checked against the
+// Sink contract, with dispatchOptions.
+func startDispatcher(t *testing.T, name string, s sinks.Sink) *dispatch.Dispatcher {
+	d := dispatch.NewDispatcher(name, checked(t, s), dispatchOptions(t))
+	d.Start()
+	return d
 }
 
 // dispatchOptions makes a dispatcher that retries fast and writes small
