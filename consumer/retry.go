@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/kubewire/kubewire/internal/base/tick"
 )
 
 // DefaultMaxBackoff is the longest a source waits between two attempts to
@@ -59,14 +61,10 @@ func (r *retrier) wait(ctx context.Context, err error, progressed bool) error {
 	}
 	r.fails++
 	r.report(err, d)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !tick.Sleep(ctx, d) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 // report passes a failure to the hook, or without one logs it: a source

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/tick"
 	"github.com/kubewire/kubewire/sinks"
 )
 
@@ -195,12 +196,5 @@ func (d *Dispatcher) newBackoff() *backoff {
 func (b *backoff) wait(ctx context.Context) bool {
 	d := b.next + rand.N(b.next/2+1)
 	b.next = min(b.next*2, b.max)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return tick.Sleep(ctx, d)
 }

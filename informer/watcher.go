@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/tick"
 )
 
 // Output receives the Changes of a watched resource. Enqueue is called from
@@ -247,12 +248,8 @@ func (w *Watcher) retry(ctx context.Context, step func(context.Context, int) err
 		if err := step(ctx, attempt); err == nil {
 			return true
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !tick.Sleep(ctx, wait) {
 			return false
-		case <-t.C:
 		}
 		wait = min(wait*2, w.opt.RetryMax)
 	}

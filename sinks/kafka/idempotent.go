@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/base/tick"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
@@ -172,12 +173,8 @@ func (s *Sink) newProducerID(ctx context.Context) (producer, error) {
 		if err == nil || !errors.As(err, &ke) || !ke.Temporary() {
 			return pr, err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !tick.Sleep(ctx, backoff) {
 			return producer{}, fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
-		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)
 	}

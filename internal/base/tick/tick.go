@@ -1,6 +1,7 @@
-// Package tick runs a function at a fixed interval until a context ends:
-// the periodic snapshots, checkpoint and position saves, and connection
-// probes.
+// Package tick waits on the clock for as long as a context lasts: Every
+// runs a function at a fixed interval (the periodic snapshots, checkpoint
+// and position saves, connection probes), Sleep pauses once (the backoffs
+// between retries).
 package tick
 
 import (
@@ -21,5 +22,17 @@ func Every(ctx context.Context, interval time.Duration, f func()) {
 		case <-t.C:
 			f()
 		}
+	}
+}
+
+// Sleep waits for d, or until ctx ends, and reports whether d passed first.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

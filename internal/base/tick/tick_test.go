@@ -28,3 +28,14 @@ func TestEveryReturnsAtOnceForAnEndedContext(t *testing.T) {
 	cancel()
 	tick.Every(ctx, time.Hour, func() { t.Error("f ran after the context ended") })
 }
+
+func TestSleepReportsWhetherTheDurationPassedBeforeTheContextEnded(t *testing.T) {
+	if !tick.Sleep(context.Background(), time.Millisecond) {
+		t.Error("Sleep of 1ms with a live context reported false")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if tick.Sleep(ctx, time.Hour) {
+		t.Error("Sleep of an hour with an ended context reported true")
+	}
+}

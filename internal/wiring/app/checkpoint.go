@@ -191,12 +191,8 @@ func (a *App) loadCheckpoint(ctx context.Context, store *checkpoint.Store) (map[
 			return entries, nil
 		}
 		a.log.Warn("reading checkpoint; retrying", "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !tick.Sleep(ctx, wait) {
 			return nil, err
-		case <-t.C:
 		}
 		wait = min(wait*2, 5*time.Second)
 	}
