@@ -141,24 +141,14 @@ func Run(t *testing.T, h Harness) {
 }
 
 func connectClose(t *testing.T, h Harness) {
-	s, _ := h.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
-	defer cancel()
-	if err := s.Connect(ctx); err != nil {
-		t.Fatalf("Connect: %v", err)
-	}
+	s, _, ctx := connected(t, h)
 	if err := s.Close(ctx); err != nil {
 		t.Fatalf("Close after Connect: %v", err)
 	}
 }
 
 func batch(t *testing.T, h Harness) {
-	s, read := h.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
-	defer cancel()
-	if err := s.Connect(ctx); err != nil {
-		t.Fatalf("Connect: %v", err)
-	}
+	s, read, ctx := connected(t, h)
 	defer s.Close(context.Background())
 
 	const keys, perKey = 5, 6
