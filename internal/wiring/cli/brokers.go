@@ -85,7 +85,7 @@ func checkKafka(ctx context.Context, cfg *config.Config, sink, path string, blk 
 	k := blk.Defaulted()
 	d, err := kafka.Dialer(blk)
 	if err != nil {
-		res.failures = append(res.failures, fmt.Sprintf("%s: %v", path, err))
+		res.fail("%s: %v", path, err)
 		return res
 	}
 	client := &kafkago.Client{
@@ -101,7 +101,7 @@ func checkKafka(ctx context.Context, cfg *config.Config, sink, path string, blk 
 		if k.SASL != nil {
 			how = fmt.Sprintf(" with SASL %s as user %q", k.SASL.Mechanism, k.SASL.Username)
 		}
-		res.failures = append(res.failures, fmt.Sprintf("%s.brokers: cannot connect to the brokers%s: %v", path, how, err))
+		res.fail("%s.brokers: cannot connect to the brokers%s: %v", path, how, err)
 		return res
 	}
 	existing := map[string]kafkago.Topic{}
@@ -120,7 +120,7 @@ func checkKafka(ctx context.Context, cfg *config.Config, sink, path string, blk 
 	if len(missing) > 0 {
 		if k.CreateTopics == nil {
 			for _, t := range missing {
-				res.failures = append(res.failures, fmt.Sprintf("%s.topic: topic %q (%s) does not exist, and createTopics is off: create it, or set createTopics", path, t, from[t]))
+				res.fail("%s.topic: topic %q (%s) does not exist, and createTopics is off: create it, or set createTopics", path, t, from[t])
 			}
 		} else {
 			res.failures = append(res.failures, createTopicsDryRun(ctx, client, path, k.CreateTopics, missing, from)...)
@@ -223,7 +223,7 @@ func checkNATS(ctx context.Context, path string, blk *kwnats.Config) onlineResul
 	n := blk.Defaulted()
 	nc, err := kwnats.Dial(blk)
 	if err != nil {
-		res.failures = append(res.failures, fmt.Sprintf("%s.servers: %v", path, err))
+		res.fail("%s.servers: %v", path, err)
 		return res
 	}
 	defer nc.Close()
@@ -232,23 +232,23 @@ func checkNATS(ctx context.Context, path string, blk *kwnats.Config) onlineResul
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		res.failures = append(res.failures, fmt.Sprintf("%s.jetstream: %v", path, err))
+		res.fail("%s.jetstream: %v", path, err)
 		return res
 	}
 	if _, err := js.AccountInfo(ctx); err != nil {
-		res.failures = append(res.failures, fmt.Sprintf("%s.jetstream: JetStream is not available to this user: %v", path, err))
+		res.fail("%s.jetstream: JetStream is not available to this user: %v", path, err)
 		return res
 	}
 	subject := kwnats.StreamSubject(n.Subject)
 	if st := n.JetStream.Stream; st != nil {
 		// The sink creates or updates it on connect.
 		if _, err := js.Stream(ctx, st.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			res.failures = append(res.failures, fmt.Sprintf("%s.jetstream.stream.name: cannot look up stream %q: %v", path, st.Name, err))
+			res.fail("%s.jetstream.stream.name: cannot look up stream %q: %v", path, st.Name, err)
 		}
 		return res
 	}
 	if _, err := js.StreamNameBySubject(ctx, subject); err != nil {
-		res.failures = append(res.failures, fmt.Sprintf("%s.subject: no stream captures %s, and jetstream.stream is not set for kubewire to create one: %v", path, subject, err))
+		res.fail("%s.subject: no stream captures %s, and jetstream.stream is not set for kubewire to create one: %v", path, subject, err)
 	}
 	return res
 }

@@ -158,6 +158,15 @@ type onlineResult struct {
 	failures, warnings []string
 }
 
+// fail and warn add a failure or a warning, formatted as fmt.Sprintf does.
+func (r *onlineResult) fail(format string, args ...any) {
+	r.failures = append(r.failures, fmt.Sprintf(format, args...))
+}
+
+func (r *onlineResult) warn(format string, args ...any) {
+	r.warnings = append(r.warnings, fmt.Sprintf(format, args...))
+}
+
 // checkOnline checks each resource against the cluster: that it is served
 // with list and watch and the scope its namespaces imply, and that the
 // kubeconfig's user may list and watch it where kubewire will. An error
@@ -192,7 +201,7 @@ func checkOnline(ctx context.Context, cfg *config.Config, base *rest.Config) (on
 			case apierrors.IsNotFound(err):
 				list = &metav1.APIResourceList{}
 			case err != nil:
-				res.failures = append(res.failures, fmt.Sprintf("%s: %s: discovery of %s failed: %v", rp, name, gv, err))
+				res.fail("%s: %s: discovery of %s failed: %v", rp, name, gv, err)
 				continue
 			}
 			served[gv] = list
@@ -201,28 +210,28 @@ func checkOnline(ctx context.Context, cfg *config.Config, base *rest.Config) (on
 		namespaced := true // unknown scope: check where the config says
 		switch {
 		case at < 0 && r.Optional:
-			res.warnings = append(res.warnings, fmt.Sprintf("%s: %s is not served by the cluster (is its CRD installed?); it is optional, so kubewire reports it and streams it once it appears", rp, name))
+			res.warn("%s: %s is not served by the cluster (is its CRD installed?); it is optional, so kubewire reports it and streams it once it appears", rp, name)
 		case at < 0:
-			res.failures = append(res.failures, fmt.Sprintf("%s: %s is not served by the cluster (is its CRD installed? if it may be missing, set optional: true)", rp, name))
+			res.fail("%s: %s is not served by the cluster (is its CRD installed? if it may be missing, set optional: true)", rp, name)
 			continue
 		default:
 			a := list.APIResources[at]
 			namespaced = a.Namespaced
 			if missing := missingVerbs(a.Verbs, "list", "watch"); len(missing) > 0 {
-				res.failures = append(res.failures, fmt.Sprintf("%s: %s is served without %s, which kubewire needs", rp, name, strings.Join(missing, " and ")))
+				res.fail("%s: %s is served without %s, which kubewire needs", rp, name, strings.Join(missing, " and "))
 				continue
 			}
 			if !namespaced && len(r.Namespaces) > 0 {
-				res.warnings = append(res.warnings, fmt.Sprintf("%s.namespaces: %s is cluster-scoped, so kubewire ignores its namespaces list and watches every object", rp, name))
+				res.warn("%s.namespaces: %s is cluster-scoped, so kubewire ignores its namespaces list and watches every object", rp, name)
 			}
 		}
 		for _, ns := range accessScopes(r, namespaced) {
 			denied, err := deniedVerbs(ctx, authz.SelfSubjectAccessReviews(), r, ns)
 			switch {
 			case err != nil:
-				res.failures = append(res.failures, fmt.Sprintf("%s: %s: cannot check permissions in %s: %v", rp, name, scopeName(ns), err))
+				res.fail("%s: %s: cannot check permissions in %s: %v", rp, name, scopeName(ns), err)
 			case len(denied) > 0:
-				res.failures = append(res.failures, fmt.Sprintf("%s: %s: permission denied: the kubeconfig's user cannot %s it in %s", rp, name, strings.Join(denied, " or "), scopeName(ns)))
+				res.fail("%s: %s: permission denied: the kubeconfig's user cannot %s it in %s", rp, name, strings.Join(denied, " or "), scopeName(ns))
 			}
 		}
 	}
