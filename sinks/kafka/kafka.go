@@ -125,27 +125,11 @@ func New(name string, cfg *Config, deps sinks.Deps) (sinks.Sink, error) {
 		probeEvery: probeInterval,
 	}
 	s.link.start = time.Now()
-	switch c.Acks {
-	case AcksAll:
-		s.acks = kafkago.RequireAll
-	case AcksLeader:
-		s.acks = kafkago.RequireOne
-	case AcksNone:
-		s.acks = kafkago.RequireNone
-	default:
+	var ok bool
+	if s.acks, ok = requiredAcks[c.Acks]; !ok {
 		return nil, fmt.Errorf("kafka: unknown acks %q", c.Acks)
 	}
-	switch c.Compression {
-	case CompressionNone:
-	case CompressionGzip:
-		s.compression = kafkago.Gzip
-	case CompressionSnappy:
-		s.compression = kafkago.Snappy
-	case CompressionLz4:
-		s.compression = kafkago.Lz4
-	case CompressionZstd:
-		s.compression = kafkago.Zstd
-	default:
+	if s.compression, ok = compressions[c.Compression]; !ok {
 		return nil, fmt.Errorf("kafka: unknown compression %q", c.Compression)
 	}
 	var err error
@@ -155,6 +139,23 @@ func New(name string, cfg *Config, deps sinks.Deps) (sinks.Sink, error) {
 	s.life, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }
+
+// requiredAcks and compressions are kafka-go's values of the acks and
+// compression settings; no compression is kafka-go's zero codec.
+var (
+	requiredAcks = map[string]kafkago.RequiredAcks{
+		AcksAll:    kafkago.RequireAll,
+		AcksLeader: kafkago.RequireOne,
+		AcksNone:   kafkago.RequireNone,
+	}
+	compressions = map[string]kafkago.Compression{
+		CompressionNone:   0,
+		CompressionGzip:   kafkago.Gzip,
+		CompressionSnappy: kafkago.Snappy,
+		CompressionLz4:    kafkago.Lz4,
+		CompressionZstd:   kafkago.Zstd,
+	}
+)
 
 // NewBalancer returns the kafka-go balancer of a config balancer name. All of
 // them hash the key; Consistent makes an empty key hash too rather than go
