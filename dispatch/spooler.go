@@ -238,6 +238,21 @@ func (sp *spooler) start(l *lane) {
 	}()
 }
 
+// waitFor waits for a signal on ch, but no longer than recheck, after which
+// the caller looks again for what ch signals. It reports false if ctx ended
+// first.
+func waitFor(ctx context.Context, ch <-chan struct{}, recheck time.Duration) bool {
+	t := time.NewTimer(recheck)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
 // write moves inbox entries to disk, in order, while the disk has room.
 func (sp *spooler) write(l *lane) {
 	d := l.d
@@ -251,13 +266,7 @@ func (sp *spooler) write(l *lane) {
 			d.mSpoolFull.Set(1)
 			// The bound is shared by the sink's lanes and another lane's
 			// reader may free the room, so look again now and then.
-			t := time.NewTimer(200 * time.Millisecond)
-			select {
-			case <-sp.freed:
-			case <-t.C:
-			case <-sp.feedCtx.Done():
-			}
-			t.Stop()
+			waitFor(sp.feedCtx, sp.freed, 200*time.Millisecond)
 		}
 		var b *barrier
 		buf, b = sp.inbox.take(context.Background(), buf[:0], cap(buf))
@@ -338,15 +347,9 @@ func (sp *spooler) feed(l *lane) {
 			// Room comes with a write acknowledged, or with the sink's
 			// connection back while memory is empty and nothing is being
 			// written; look again now and then for the latter.
-			t := time.NewTimer(250 * time.Millisecond)
-			select {
-			case <-sp.room:
-			case <-t.C:
-			case <-sp.feedCtx.Done():
-				t.Stop()
+			if !waitFor(sp.feedCtx, sp.room, 250*time.Millisecond) {
 				return
 			}
-			t.Stop()
 		}
 		sp.mu.Lock()
 		// pending before depth: an entry leaves pending only once it is on
