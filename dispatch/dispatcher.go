@@ -147,6 +147,10 @@ type Dispatcher struct {
 	// delivered, for the snapshot's completed marker.
 	incompleteMu sync.Mutex
 	incomplete   map[string]int
+	// loadedIncomplete is incomplete as an earlier run left it: records
+	// in no spool now, which a replayed marker's check must not count
+	// again (replay.go). Read-only after UseSpool.
+	loadedIncomplete map[string]int
 }
 
 // NewDispatcher returns a dispatcher for sink. Call Start before Enqueue has
