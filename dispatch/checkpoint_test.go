@@ -2,10 +2,17 @@ package dispatch_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/kubewire/kubewire/dispatch"
+	"github.com/kubewire/kubewire/dispatch/spool"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
@@ -67,5 +74,50 @@ func TestAFoldedChangeIsDoneOnlyWithTheChangeThatStandsForIt(t *testing.T) {
 		func() string { return "checkpoint " + s.Checkpoint() })
 	if u := d.Close(context.Background()); u != 0 {
 		t.Fatalf("undelivered: %d", u)
+	}
+}
+
+// At shutdown, what memory holds is written to the spool. A change whose
+// write fails there is lost for this sink: counted, but not done, so the
+// checkpoint saved after the drain stays before it and the next start
+// reads it again from the apiserver. (Issue 46: the checkpoint moved past
+// it.)
+func TestAChangeTheSpoolFailsToKeepAtShutdownHoldsTheCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	opt := fastOptions()
+	opt.BufferEvents = 1000
+	opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	down := brokerDown()
+	d := dispatch.NewDispatcher("lost-checkpoint", down, opt)
+	if err := d.UseSpool(spool.Options{Dir: dir, MaxBytes: 1 << 30, Fsync: config.FsyncInterval}); err != nil {
+		t.Fatal(err)
+	}
+	s := informer.NewTrackedStream("0")
+	defer s.Close()
+	add := func(rv int) {
+		c := change(informer.OpUpdated, "cm"+strconv.Itoa(rv%3), rv)
+		c.Mark = s.Add(strconv.Itoa(rv), 1)
+		d.Enqueue(dispatch.NewItem(c))
+	}
+	// Enqueued before Start, these stay in memory.
+	for rv := 1; rv <= 5; rv++ {
+		add(rv)
+	}
+	d.Start()
+	testkit.Eventually(t, "the sink to be failing", func() bool { return down.Writes() >= 2 })
+	// The segment written at shutdown cannot be created: a directory
+	// stands where its first data file goes.
+	block := filepath.Join(dir, "configmaps", fmt.Sprintf("seg-%d.diskqueue.000000.dat", int64(1)<<40-1))
+	if err := os.MkdirAll(block, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if lost := d.Close(context.Background()); lost != 5 {
+		t.Fatalf("Close reported %d events lost; want the 5 in memory", lost)
+	}
+	if got := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "lost-checkpoint", "reason": "spool"}); got != 5 {
+		t.Errorf("kubewire_events_failed_total{reason=spool} = %v; want 5", got)
+	}
+	if cp := s.Checkpoint(); cp != "0" {
+		t.Fatalf("the checkpoint moved to %s past changes that were neither acknowledged nor spooled", cp)
 	}
 }
