@@ -99,6 +99,10 @@ func TestAChangeTheSpoolFailsToKeepAtShutdownHoldsTheCheckpoint(t *testing.T) {
 		c.Mark = s.Add(strconv.Itoa(rv), 1)
 		d.Enqueue(dispatch.NewItem(c))
 	}
+	lostToSpool := func() float64 {
+		return metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "lost-checkpoint", "reason": "spool"})
+	}
+	before := lostToSpool() // the metrics are the process's, across -count
 	// Enqueued before Start, these stay in memory.
 	for rv := 1; rv <= 5; rv++ {
 		add(rv)
@@ -114,7 +118,7 @@ func TestAChangeTheSpoolFailsToKeepAtShutdownHoldsTheCheckpoint(t *testing.T) {
 	if lost := d.Close(context.Background()); lost != 5 {
 		t.Fatalf("Close reported %d events lost; want the 5 in memory", lost)
 	}
-	if got := metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "lost-checkpoint", "reason": "spool"}); got != 5 {
+	if got := lostToSpool() - before; got != 5 {
 		t.Errorf("kubewire_events_failed_total{reason=spool} = %v; want 5", got)
 	}
 	if cp := s.Checkpoint(); cp != "0" {
@@ -156,8 +160,10 @@ func TestAChangeThatArrivesAfterTheSpoolClosedHoldsTheCheckpoint(t *testing.T) {
 	failed := func() float64 {
 		return metrics.Sum("kubewire_events_failed_total", map[string]string{"sink": "closed-checkpoint", "reason": "closed"})
 	}
+	// The metrics are the process's, across -count: count from here.
+	written0, failed0 := written(), failed()
 	add(res, 1)
-	testkit.Eventually(t, "the first change on disk", func() bool { return written() >= 1 })
+	testkit.Eventually(t, "the first change on disk", func() bool { return written()-written0 >= 1 })
 	if lost := d.Close(context.Background()); lost != 0 {
 		t.Fatalf("Close lost %d events", lost)
 	}
@@ -165,12 +171,12 @@ func TestAChangeThatArrivesAfterTheSpoolClosedHoldsTheCheckpoint(t *testing.T) {
 	// spool is closed.
 	add(other, 2)
 	add(res, 3)
-	testkit.Eventually(t, "the late changes spooled or counted as lost", func() bool { return written() >= 2 || failed() >= 2 },
-		func() string { return fmt.Sprintf("written %v, lost %v", written(), failed()) })
+	testkit.Eventually(t, "the late changes spooled or counted as lost", func() bool { return written()-written0 >= 2 || failed()-failed0 >= 2 },
+		func() string { return fmt.Sprintf("written %v, lost %v", written()-written0, failed()-failed0) })
 	if cp, pos := s.Checkpoint(), s.SpoolPosition(); cp != "0" || pos != "1" {
 		t.Fatalf("checkpoint %s and spool position %s; want 0 (nothing acknowledged) and 1 (only the first change kept)", cp, pos)
 	}
-	if got := failed(); got != 2 {
+	if got := failed() - failed0; got != 2 {
 		t.Fatalf("kubewire_events_failed_total{reason=closed} = %v; want the 2 changes that arrived after Close", got)
 	}
 }
