@@ -113,6 +113,11 @@ type Dispatcher struct {
 	wg         sync.WaitGroup
 	connecting sync.WaitGroup
 	closeOnce  sync.Once
+	// gate orders Enqueue against the moment Close takes what memory
+	// holds: after it (shut), arrivals are lost (late counts them).
+	gate sync.RWMutex
+	shut bool
+	late atomic.Int64
 
 	// Health (health.go): writesOK follows Connect and Write outcomes,
 	// linkDown what a ConnectionNotifier sink reports.
@@ -147,6 +152,10 @@ type Dispatcher struct {
 	// delivered, for the snapshot's completed marker.
 	incompleteMu sync.Mutex
 	incomplete   map[string]int
+	// loadedIncomplete is incomplete as an earlier run left it: records
+	// in no spool now, which a replayed marker's check must not count
+	// again (replay.go). Read-only after UseSpool.
+	loadedIncomplete map[string]int
 }
 
 // NewDispatcher returns a dispatcher for sink. Call Start before Enqueue has
@@ -226,11 +235,31 @@ func (d *Dispatcher) connect() {
 // are barriers in their resource's lane: they are written only after
 // everything of that resource enqueued before them has been acknowledged,
 // and nothing enqueued after them is written before them.
+//
+// Once Close has taken what memory holds for the spool, nothing can keep a
+// change any more: one that arrives then is counted as lost (reason
+// "closed") and left not done, so the checkpoint stays before it.
 func (d *Dispatcher) Enqueue(it *Item) {
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	if d.shut {
+		d.lateArrival(it)
+		return
+	}
 	if it.Change.IsMarker() {
 		d.snapshots.add(it.Change)
 	}
 	d.lane(prefixOf(it.Change)).enqueue(it)
+}
+
+// lateArrival counts a change enqueued after Close shut the gate; the first
+// is logged.
+func (d *Dispatcher) lateArrival(it *Item) {
+	if d.late.Add(1) == 1 {
+		d.log.Error("shutdown: a change arrived after the sink's spool closed; it is lost here, and the checkpoint stays before it so that the next start reads it again",
+			"key", it.Change.Key)
+	}
+	d.lose(&entry{item: it, key: it.Change.Key}, "closed")
 }
 
 // Close stops accepting work and drains what is queued in memory until ctx
@@ -241,17 +270,7 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 	d.closeOnce.Do(func() {
 		lanes := d.allLanes()
 		for _, l := range lanes {
-			if l.sp.disk != nil {
-				l.sp.stopFeed()
-				if l.sp.feedDone != nil {
-					// A record the reader took from disk is in a shard
-					// before anything looks at what memory holds.
-					<-l.sp.feedDone
-				}
-			}
-			for _, s := range l.shards {
-				s.close()
-			}
+			l.stopReading()
 		}
 		done := make(chan struct{})
 		go func() { d.wg.Wait(); close(done) }()
@@ -280,6 +299,21 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 		d.cancelWork()
 		<-done
 		d.connecting.Wait()
+		// From here on what memory holds is final: whatever arrives
+		// later would sit in a closed queue, or open a spool no shutdown
+		// closes.
+		d.gate.Lock()
+		d.shut = true
+		d.gate.Unlock()
+		if all := d.allLanes(); len(all) != len(lanes) {
+			// Lanes opened during the drain: stop them as the others
+			// were, so that their spools are closed too.
+			for _, l := range all {
+				l.stopReading()
+			}
+			d.wg.Wait()
+			lanes = all
+		}
 		for _, l := range lanes {
 			if l.sp.disk != nil {
 				undelivered += l.sp.shutdown(l, l.leftInMemory())
@@ -298,6 +332,22 @@ func (d *Dispatcher) Close(ctx context.Context) (undelivered int) {
 		}
 	})
 	return undelivered
+}
+
+// stopReading stops the lane's spool reader and closes its shards, whose
+// workers then deliver what they hold and stop. It may be called again.
+func (l *lane) stopReading() {
+	if l.sp.disk != nil {
+		l.sp.stopFeed()
+		if l.sp.feedDone != nil {
+			// A record the reader took from disk is in a shard before
+			// anything looks at what memory holds.
+			<-l.sp.feedDone
+		}
+	}
+	for _, s := range l.shards {
+		s.close()
+	}
 }
 
 // onlyFailingLanesHoldEvents reports whether every lane that still holds

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 
@@ -53,7 +54,16 @@ func (d *Dispatcher) loadIncomplete() {
 	if err := json.Unmarshal(b, &d.incomplete); err != nil {
 		metrics.SpoolErrors.WithLabelValues(d.name, "read").Inc()
 		d.log.Error("spool: cannot read the counts of undelivered snapshot records", "err", err)
+		return
 	}
+	d.loadedIncomplete = maps.Clone(d.incomplete)
+}
+
+// incompleteOf is the count of undelivered records of a snapshot so far.
+func (d *Dispatcher) incompleteOf(snapshotID string) int {
+	d.incompleteMu.Lock()
+	defer d.incompleteMu.Unlock()
+	return d.incomplete[snapshotID]
 }
 
 // markIncomplete remembers that a record of a snapshot was dropped, so the

@@ -45,18 +45,28 @@ func (d *Dispatcher) conflated(c *informer.Change) {
 	ctr.(prometheus.Counter).Inc()
 }
 
-// drop is the one way a change leaves the dispatcher undelivered, whatever
-// the path (encoding, a refusal, a spool that cannot be written at
-// shutdown): it is counted under reason, and if it is a snapshot record,
+// drop gives up on a change for good (it cannot be encoded, or the broker
+// refused it): it is counted under reason, and if it is a snapshot record,
 // its snapshot's completed marker will say that a record is missing, so
 // that no consumer prunes on it.
 //
 // The entry is done for this sink: its watch stream's checkpoint may pass it.
 func (d *Dispatcher) drop(e *entry, reason string) {
+	d.lose(e, reason)
+	d.finish(e)
+}
+
+// lose counts a change that this process could keep neither in the broker
+// nor in the spool (a spool write that fails at shutdown, a change that
+// arrives once the spool is closed), as drop does, but leaves it not done:
+// the checkpoint saved after the drain stays before it, so the next start
+// reads it again from the apiserver. A record an earlier process spooled
+// stays undelivered too, so the replay is not over and the spool position
+// is not saved past it.
+func (d *Dispatcher) lose(e *entry, reason string) {
 	c := e.item.Change
 	d.failed(c, reason)
 	d.markIncomplete(c)
-	d.finish(e)
 }
 
 // delivered counts an acknowledged entry, which is then done for this

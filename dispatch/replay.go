@@ -44,10 +44,25 @@ func (d *Dispatcher) markClean() {
 // replayProof follows a lane's records left by a process that ended
 // uncleanly, as they are read back in order.
 type replayProof struct {
-	left      int64          // records still to be read that the earlier process wrote
-	started   map[string]int // snapshot id -> its records read since its started marker
-	uncertain bool           // the earlier process ended without Close
-	skips     int            // records skipped (SetReplaySkip)
+	left int64 // records still to be read that the earlier process wrote
+	// started holds the snapshots whose started marker was read back;
+	// read counts, per snapshot, its records read back, delivered from
+	// here or skipped (and then counted as not delivered already).
+	started   map[string]bool
+	read      map[string]int
+	uncertain bool // the earlier process ended without Close
+	skips     int  // records skipped (SetReplaySkip)
+}
+
+// record counts a record of a snapshot read back.
+func (p *replayProof) record(c *informer.Change) {
+	if c.Op != informer.OpSynced || c.SnapshotID == "" {
+		return
+	}
+	if p.read == nil {
+		p.read = map[string]int{}
+	}
+	p.read[c.SnapshotID]++
 }
 
 // SetReplaySkip makes the spool skip the records an earlier process left
@@ -70,13 +85,23 @@ func (p *replayProof) skipped(d *Dispatcher, c *informer.Change, ev *encoding.Ev
 	}
 	p.left--
 	p.skips++
+	// Counted here as not delivered, and as read: it was in the spool, so
+	// the marker's check below must not count it a second time.
 	d.markIncomplete(c)
+	p.record(c)
 	return true
 }
 
 // check looks at one record read back from the spool. For a completed
 // marker that the spool cannot prove whole, it records the records that
 // may be missing, so that the marker goes out marked incomplete.
+//
+// The count is the number of records not delivered, each counted once:
+// the marker's count less the records read back here (delivered now, or
+// skipped and counted when skipped) and less those an earlier run already
+// counted (dropped or skipped then, and so in no spool now). Without the
+// snapshot's started marker, records before the spool's first one may
+// have been delivered or lost with the process; they count as lost.
 func (p *replayProof) check(d *Dispatcher, c *informer.Change, ev *encoding.Event) {
 	if p.left <= 0 {
 		return
@@ -88,23 +113,30 @@ func (p *replayProof) check(d *Dispatcher, c *informer.Change, ev *encoding.Even
 	switch c.Op {
 	case informer.OpSnapshotStarted:
 		if p.started == nil {
-			p.started = map[string]int{}
+			p.started = map[string]bool{}
 		}
-		p.started[c.SnapshotID] = 0
+		p.started[c.SnapshotID] = true
+		delete(p.read, c.SnapshotID)
 	case informer.OpSynced:
-		if n, ok := p.started[c.SnapshotID]; ok {
-			p.started[c.SnapshotID] = n + 1
-		}
+		p.record(c)
 	case informer.OpSnapshotCompleted:
 		count := markerCount(ev)
-		seen, ok := p.started[c.SnapshotID]
+		read, started := p.read[c.SnapshotID], p.started[c.SnapshotID]
 		delete(p.started, c.SnapshotID)
-		if ok && seen >= count {
+		delete(p.read, c.SnapshotID)
+		earlier := d.loadedIncomplete[c.SnapshotID]
+		missing := count - read - earlier
+		if started && missing <= 0 {
 			return
 		}
-		missing := max(count-seen, 1)
+		if missing <= 0 {
+			if d.incompleteOf(c.SnapshotID) > 0 {
+				return // already marked, and nothing proves more missing
+			}
+			missing = 1
+		}
 		d.log.Warn("spool: a snapshot's completed marker was replayed after kubewire ended without a clean shutdown, and the spool does not hold all its records; it goes out marked incomplete",
-			"resource", c.Key, "snapshot", c.SnapshotID, "records", count, "spooled", seen)
+			"resource", c.Key, "snapshot", c.SnapshotID, "records", count, "spooled", read, "countedBefore", earlier, "missing", missing)
 		d.restoreIncomplete(c.SnapshotID, missing)
 	}
 }

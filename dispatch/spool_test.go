@@ -599,7 +599,7 @@ func TestASnapshotRecordLostBecauseTheSpoolCannotBeWrittenAtShutdownMarksItsSnap
 		t.Fatal(err)
 	}
 
-	completed := replayCompleted(t, "prepend", &memsink.Sink{}, opt, dir)
+	completed := replayCompleted(t, "prepend", &memsink.Sink{}, opt, dir, nil)
 	if n, ok := completed.Lookup(encoding.ExtIncomplete); !ok || n != "5" {
 		t.Fatalf("the completed marker carries incomplete=%q (%v) after its 5 records were lost at shutdown; want \"5\"", n, ok)
 	}

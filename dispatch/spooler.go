@@ -296,7 +296,7 @@ func (sp *spooler) write(l *lane) {
 				continue
 			}
 			if !sp.put(d, rec, closing) {
-				d.drop(e, "spool")
+				d.lose(e, "spool")
 				sp.lost.Add(1)
 				sp.pending.Add(-1)
 				d.spoolEvents.Add(-1)
@@ -466,7 +466,7 @@ func (sp *spooler) shutdown(l *lane, left []*entry) (lost int) {
 		metrics.SpoolErrors.WithLabelValues(d.name, "write").Inc()
 		sp.log.Error("shutdown: cannot spool the events still in memory", "events", len(recs), "err", err)
 		for _, e := range kept {
-			d.drop(e, "spool")
+			d.lose(e, "spool")
 		}
 		lost += len(recs)
 	} else if len(recs) > 0 {

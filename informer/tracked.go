@@ -18,3 +18,7 @@ func (s *TrackedStream) Checkpoint() string {
 
 // Close forgets the stream.
 func (s *TrackedStream) Close() { s.p.close() }
+
+// SpoolPosition is the stream's spool position: the newest version up to
+// which every change is done or written to a spool.
+func (s *TrackedStream) SpoolPosition() string { return s.p.spoolPosition() }
