@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -47,7 +48,7 @@ func (w *Watcher) keep() func(string) bool {
 // through the resumer to be resumed or declared a gap.
 func (w *Watcher) listerWatcher(lw func(ns string, keep func(string) bool) *cache.ListWatch) cache.ListerWatcher {
 	nss := w.watchNamespaces()
-	r := &resumer{resource: w.name, start: w.resume}
+	r := &resumer{resource: w.name, start: w.resume, log: w.log}
 	w.resumer = r
 	if len(nss) == 1 {
 		r.stream = streamKey(nss[0])
@@ -57,6 +58,9 @@ func (w *Watcher) listerWatcher(lw func(ns string, keep func(string) bool) *cach
 	r.merged, r.positions = true, m.positions
 	return listThenWatch{w.source.wrap(r.wrap(m.ListWatch()))}
 }
+
+// watchRefused hands the resumer every ERROR event of a watch.
+func (w *Watcher) watchRefused(err error) { w.resumer.watchRefused(err) }
 
 // streamKey is the key of a single watch's stream in a checkpoint: the
 // namespace it is limited to, or "" for the whole cluster.
@@ -133,6 +137,7 @@ func (w *Watcher) rawListWatch() (func(ns string, keep func(string) bool) *cache
 			KeepManagedFields: w.cfg.KeepManagedFields,
 			Rewrite:           rewrite,
 			KeyPrefix:         w.res.KeyPrefix,
+			WatchError:        w.watchRefused,
 		})
 	}, nil
 }
@@ -158,11 +163,21 @@ func (w *Watcher) unstructuredListWatch(ns string, keep func(string) bool) *cach
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			tweak(&o)
 			wi, err := ri.Watch(ctx, o)
-			if err != nil || keep == nil {
+			if err != nil {
 				return wi, err
 			}
+			// The dynamic client's decoder cannot be told to report ERROR
+			// events, as the raw cache's is: a filter sees them, at the
+			// cost of one more goroutine per watch on this fallback path.
 			return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
-				if e.Type == watch.Bookmark || e.Type == watch.Error {
+				switch e.Type {
+				case watch.Error:
+					w.watchRefused(apierrors.FromObject(e.Object))
+					return e, true
+				case watch.Bookmark:
+					return e, true
+				}
+				if keep == nil {
 					return e, true
 				}
 				m, err := meta.Accessor(e.Object)

@@ -2,6 +2,7 @@ package informer
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -67,6 +68,10 @@ type resumer struct {
 	listed bool
 	// gaps wait for the Replace of the list that found them.
 	gaps []Gap
+	// refusal is the gap reason of the last watch's refusal, until the
+	// relist that follows it takes it.
+	refusal string
+	log     *slog.Logger
 }
 
 func (r *resumer) wrap(lw cache.ListerWatcher) *cache.ListWatch {
@@ -84,6 +89,9 @@ type plan struct {
 	lower  map[string]string
 	reason string
 	first  bool
+	// refused says the list follows a watch refused at the version the
+	// stream reached.
+	refused bool
 }
 
 func (r *resumer) plan(o metav1.ListOptions) plan {
@@ -99,6 +107,8 @@ func (r *resumer) plan(o metav1.ListOptions) plan {
 		}
 		return p
 	}
+	refusal := r.refusal
+	r.refusal = ""
 	var lower map[string]string
 	if r.merged {
 		lower = r.positions()
@@ -116,6 +126,17 @@ func (r *resumer) plan(o metav1.ListOptions) plan {
 		// namespaces whose watch lagged: what they had not delivered is
 		// not read again.
 		return plan{lower: lower, reason: GapExpired}
+	case refusal != "":
+		// The watch from the version the reflector reached was refused,
+		// and the reflector relists at that version on purpose (it reads
+		// "at least as fresh"). With the watch cache on, etcd may still
+		// serve a LIST at exactly it while the cache refuses every watch
+		// from it: after any API server restart, the new cache starts at
+		// the current revision. Listing it again would load the store at a
+		// version no watch can go on from, once per backoff, until etcd
+		// compacts it. What lies between is lost: read what is there now
+		// and declare it.
+		return plan{lower: lower, reason: refusal, refused: true}
 	default:
 		return plan{exact: o.ResourceVersion, lower: lower}
 	}
@@ -143,6 +164,11 @@ func (r *resumer) list(ctx context.Context, lw cache.ListerWatcher, o metav1.Lis
 	}
 	p := r.plan(o)
 	reason := p.reason
+	if p.refused {
+		metrics.WatchRefused.WithLabelValues(r.resource, reason).Inc()
+		r.log.Warn("watch refused at the version listed (the apiserver's watch cache starts after it); listing afresh and declaring a gap",
+			"from", p.lower[r.stream], "reason", reason)
+	}
 	if p.exact != "" {
 		eo := o
 		eo.ResourceVersion, eo.ResourceVersionMatch = p.exact, metav1.ResourceVersionMatchExact
@@ -182,6 +208,20 @@ func (r *resumer) list(ctx context.Context, lw cache.ListerWatcher, o metav1.Lis
 	}
 	r.done(p, gaps, reason)
 	return l, nil
+}
+
+// watchRefused is told of every ERROR event a watch receives. The reflector answers a 410 on the watch
+// with a relist at the same version and never calls its error handler, so
+// the resumer must hear of it here to tell that relist apart from one after
+// a watch that merely broke. Merged streams relist afresh anyway.
+func (r *resumer) watchRefused(err error) {
+	reason := unavailable(err)
+	if reason == "" || r.merged {
+		return
+	}
+	r.mu.Lock()
+	r.refusal = reason
+	r.mu.Unlock()
 }
 
 // unavailable is the gap reason of an error that says the version asked

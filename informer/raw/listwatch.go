@@ -78,6 +78,11 @@ type ListWatchOptions struct {
 	Rewrite func(map[string]any)
 	// KeyPrefix is BuildOptions.KeyPrefix for every object.
 	KeyPrefix string
+	// WatchError, when set, is told of every ERROR event a watch receives.
+	// The reflector turns such an
+	// event into a relist without telling its error handler, so this is how
+	// the caller learns that a watch was refused (410 at its start).
+	WatchError func(err error)
 }
 
 // NewListWatch returns the list and watch functions of a ListerWatcher
@@ -195,7 +200,12 @@ func (lw *listWatch) watch(ctx context.Context, opts metav1.ListOptions) (watch.
 	if err != nil {
 		return nil, err
 	}
-	w := watch.NewStreamWatcher(NewWatchDecoder(rc, lw.build()),
+	dec := NewWatchDecoder(rc, lw.build())
+	if lw.o.WatchError != nil {
+		report := lw.o.WatchError
+		dec.onError = func(st *metav1.Status) { report(apierrors.FromObject(st)) }
+	}
+	w := watch.NewStreamWatcher(dec,
 		apierrors.NewClientErrorReporter(http.StatusInternalServerError, "GET", "ClientWatchDecoding"))
 	if lw.o.Keep == nil {
 		return w, nil
@@ -219,6 +229,8 @@ type WatchDecoder struct {
 	rc     io.ReadCloser
 	frames *frameReader
 	opt    BuildOptions
+	// onError, when set, is called with each ERROR event's status.
+	onError func(*metav1.Status)
 	// err is the first error, returned by every later call.
 	err error
 }
@@ -297,6 +309,9 @@ func (d *WatchDecoder) decode() (watch.EventType, runtime.Object, error) {
 		st := &metav1.Status{}
 		if err := json.Unmarshal(raw, st); err != nil {
 			return "", nil, fmt.Errorf("raw: decode watch error: %w", err)
+		}
+		if d.onError != nil {
+			d.onError(st)
 		}
 		return t, st, nil
 	default:

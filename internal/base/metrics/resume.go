@@ -28,6 +28,15 @@ var (
 		Help: "Width of the declared gaps in resourceVersions (etcd revisions), an upper bound on the versions lost, by resource.",
 	}, []string{"resource"})
 
+	// WatchRefused counts the watches refused at the version an exact LIST
+	// had just served (the API server's watch cache starts after it: every
+	// API server restart, or a pod away longer than the cache's window).
+	// Each is followed by a LIST of what is there now and a gap event.
+	WatchRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubewire_watch_refused_total",
+		Help: "Watches refused at the version kubewire had reached (410 from the watch cache), each followed by a fresh list and a gap event, by resource and reason.",
+	}, []string{"resource", "reason"})
+
 	// CheckpointAge is how long ago the checkpoint of a watch stream last
 	// advanced. It grows while a sink holds an early change back.
 	CheckpointAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -43,5 +52,5 @@ var (
 )
 
 func init() {
-	register(ResumeTotal, Gaps, GapRevisions, CheckpointAge, CheckpointWrites)
+	register(ResumeTotal, Gaps, GapRevisions, WatchRefused, CheckpointAge, CheckpointWrites)
 }
