@@ -42,9 +42,10 @@ func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 func runMain(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	// Without the watch cache a watch resuming from a compacted revision
-	// gets 410 Gone from etcd, which is the relist these tests need.
-	c, err := testcluster.Start(ctx, testcluster.Options{Progress: os.Stderr, APIServerArgs: []string{"--watch-cache=false"}})
+	// kube-apiserver as users run it: with its watch cache on.
+	// KUBEWIRE_FAULTS_APISERVER_ARGS adds flags, to measure what an
+	// operator's choice costs (docs/operations.md, "What survives what").
+	c, err := testcluster.Start(ctx, testcluster.Options{Progress: os.Stderr, APIServerArgs: strings.Fields(os.Getenv("KUBEWIRE_FAULTS_APISERVER_ARGS"))})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the test cluster:", err)
 		return 1
@@ -325,14 +326,15 @@ func TestTheConsumerConvergesAcrossAnAPIServerRestartMidStream(t *testing.T) {
 	k.WaitFor(t, "the initial snapshot", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
 	stop := make(chan struct{})
 	wg := churn(ns, stop)
+	stopChurn := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopChurn)
 	testkit.Eventually(t, "some live events", func() bool { return len(k.Events(t)) > 30 })
 	if err := cluster.RestartAPIServer(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	n := len(k.Events(t))
 	testkit.Eventually(t, "live events after the restart", func() bool { return len(k.Events(t)) > n+30 })
-	close(stop)
-	wg.Wait()
+	stopChurn()
 	v := converge(t, ns, func() []event.Event { return k.Events(t) })
 	wg.checkOrder(t, k.Events(t))
 	record("kube-apiserver restarted mid-stream (stdout)", wg.changes.Load(), v.Events, v.Duplicates, 0)
@@ -379,6 +381,9 @@ func TestARelistAfterCompactionEmitsTheLostDeletesMarkedAndConverges(t *testing.
 	}
 	compacted, err := cluster.CompactEtcd(ctx)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.ForgetHistory(ctx); err != nil {
 		t.Fatal(err)
 	}
 	proxy.Resume()

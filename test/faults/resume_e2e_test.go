@@ -104,6 +104,9 @@ sinks:
 	if err := cluster.CompactEtcdAt(ctx, int64(pos)); err != nil {
 		t.Fatal(err)
 	}
+	if err := cluster.ForgetHistory(ctx); err != nil {
+		t.Fatal(err)
+	}
 	nsrv.Begin()
 	_, stream2 := k.start(t, "second.jsonl", "--checkpoint", lease)
 	created, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMapNamed("after-the-restart"), metav1.CreateOptions{})

@@ -87,6 +87,12 @@ func watcherOf(t *testing.T, ns string, out informer.Output) *informer.Watcher {
 // watcherOfNamespaces watches each of nss on its own (watchPerNamespace).
 func watcherOfNamespaces(t *testing.T, nss []string, out informer.Output) *informer.Watcher {
 	t.Helper()
+	return watcherWithCache(t, nss, "", out)
+}
+
+// watcherWithCache is watcherOfNamespaces with the given cache mode.
+func watcherWithCache(t *testing.T, nss []string, cache string, out informer.Output) *informer.Watcher {
+	t.Helper()
 	perNamespace := true
 	rc := cluster.RESTConfig(testcluster.AdminUser)
 	dyn, err := dynamic.NewForConfig(rc)
@@ -104,7 +110,7 @@ func watcherOfNamespaces(t *testing.T, nss []string, out informer.Output) *infor
 	return informer.NewWatcher(informer.Options{
 		Cluster: "faults",
 		Resource: config.Resource{Version: "v1", Resource: "configmaps", Namespaces: nss, Sinks: []string{"out"},
-			Operations: config.Operations(), Updates: "all", WatchPerNamespace: &perNamespace},
+			Operations: config.Operations(), Updates: "all", WatchPerNamespace: &perNamespace, Cache: cache},
 		Dynamic: dyn,
 		REST:    rawREST,
 		Mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
@@ -305,6 +311,9 @@ func TestAResumeFromACompactedCheckpointDeclaresOneGapThenASnapshot(t *testing.T
 	}
 	compacted, err := cluster.CompactEtcd(context.Background())
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.ForgetHistory(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -597,6 +606,9 @@ func TestANewPodPastTheHistoryDeclaresOneGapThenASnapshotAndLosesNothingOutsideI
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := cluster.ForgetHistory(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	_, stream2 := k.start(t, "second.jsonl", "--checkpoint", lease)
 	testkit.Eventually(t, "the snapshot after the gap", func() bool { return apptest.CountCompleted(stream2(), "configmaps") > 0 })
 	converge(t, ns, stream1, stream2)
@@ -689,5 +701,179 @@ func TestSavedCheckpointsReadBackAndAnotherWriterIsOverwrittenOnlyAfterARead(t *
 	want := map[string]checkpoint.Entry{"configmaps": e3["configmaps"], "secrets": e2["secrets"]}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("after both wrote: %v, want %v", got, want)
+	}
+}
+
+// An API server restart under churn, kubewire running, the watch cache on:
+// the new cache starts at the current revision, so the watch from where
+// the stream was is refused while a LIST at exactly that version still
+// succeeds from etcd. The stream must say so at once, with one gap and a
+// snapshot, and carry every version outside the gap.
+func TestAnAPIServerRestartUnderChurnGivesOneGapThenASnapshotAndEveryVersionOutsideIt(t *testing.T) {
+	// Each cache hears of the refused watch its own way.
+	for _, cache := range config.CacheModes() {
+		t.Run(cache, func(t *testing.T) { testAPIServerRestartUnderChurn(t, cache) })
+	}
+}
+
+func testAPIServerRestartUnderChurn(t *testing.T, cache string) {
+	ns := namespace(t)
+	out := &holdingOutput{}
+	w := watcherWithCache(t, []string{ns}, cache, out)
+	runUntil(t, w)
+	stop := make(chan struct{})
+	wg := churnEvery(ns, stop, 10*time.Millisecond)
+	stopChurn := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopChurn)
+	testkit.Eventually(t, "live changes before the restart", func() bool { return len(out.changes()) > 30 })
+	if err := cluster.RestartAPIServer(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	gapAt := func(cs []*informer.Change) int {
+		return slices.IndexFunc(cs, func(c *informer.Change) bool { return c.Op == informer.OpGap })
+	}
+	ops := func() string {
+		var b strings.Builder
+		for _, c := range out.changes() {
+			if c.IsMarker() {
+				fmt.Fprintf(&b, "%s ", c.Op)
+			}
+		}
+		return "markers so far: " + b.String()
+	}
+	// A change made after the restart reaches the stream within seconds:
+	// after a gap and the snapshot that follows it, or with no gap at all
+	// when the new watch cache could serve the watch from where the
+	// stream was (nothing was written in between).
+	probe, err := kube.CoreV1().ConfigMaps(ns).Create(context.Background(), configMapNamed("after-the-restart"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probeKey := "configmaps/" + ns + "/" + probe.Name
+	testkit.Within(t, 30*time.Second, "a change made after the restart", func() bool {
+		return slices.Contains(versionsOf(out.changes(), probeKey), probe.ResourceVersion)
+	}, ops)
+	if cs := out.changes(); gapAt(cs) >= 0 {
+		// The probe is in that snapshot, or comes after it.
+		if !slices.ContainsFunc(cs[gapAt(cs):], func(c *informer.Change) bool { return c.Op == informer.OpSnapshotCompleted }) {
+			t.Fatalf("no completed snapshot after the gap: %s", ops())
+		}
+	}
+	n := len(out.changes())
+	testkit.Eventually(t, "live changes after the restart", func() bool { return len(out.changes()) > n+30 })
+	stopChurn()
+
+	// Every version written reaches the stream or lies inside the gap.
+	last := map[string]string{}
+	wg.mu.Lock()
+	for k, rvs := range wg.written {
+		last[k] = rvs[len(rvs)-1]
+	}
+	wg.mu.Unlock()
+	testkit.Eventually(t, "the last version of every key", func() bool {
+		cs := out.changes()
+		for k, rv := range last {
+			if !slices.Contains(versionsOf(cs, k), rv) {
+				return false
+			}
+		}
+		return true
+	})
+	cs := out.changes()
+	var gaps []*informer.Gap
+	for _, c := range cs {
+		if c.Op == informer.OpGap {
+			gaps = append(gaps, c.Gap)
+		}
+	}
+	if len(gaps) > 1 {
+		t.Fatalf("%d gap events, want at most 1: %s", len(gaps), ops())
+	}
+	g := &informer.Gap{Namespace: ns, From: "1", To: "1", Reason: informer.GapExpired}
+	if len(gaps) == 0 {
+		t.Logf("no gap: the watch went on from where it was")
+	} else {
+		g = gaps[0]
+	}
+	if g.Namespace != ns || g.Reason != informer.GapExpired || rvNumber(t, g.From) > rvNumber(t, g.To) {
+		t.Fatalf("gap %+v, want (where the stream was, the relist] in %s, reason %s", *g, ns, informer.GapExpired)
+	}
+	from, to := rvNumber(t, g.From), rvNumber(t, g.To)
+	delivered := map[string]bool{}
+	for _, c := range cs {
+		if c.Object != nil && !c.IsMarker() {
+			delivered[c.Key+"@"+c.Object.GetResourceVersion()] = true
+		}
+	}
+	missing, inGap := 0, 0
+	var first string
+	wg.mu.Lock()
+	for k, rvs := range wg.written {
+		for _, rv := range rvs {
+			switch n := rvNumber(t, rv); {
+			case delivered[k+"@"+rv]:
+			case n > from && n <= to:
+				inGap++
+			default:
+				missing++
+				if first == "" {
+					first = k + "@" + rv
+				}
+			}
+		}
+	}
+	wg.mu.Unlock()
+	t.Logf("%d changes written; gap (%s, %s]: %d versions inside it not delivered", wg.changes.Load(), g.From, g.To, inGap)
+	if missing > 0 {
+		t.Fatalf("%d versions outside the gap (%s, %s] never reached the stream, first %s", missing, g.From, g.To, first)
+	}
+}
+
+// kubewire away across an API server restart, with etcd's history intact:
+// the exact LIST at the checkpoint succeeds, and the new watch cache
+// refuses the watch from it. The start must not list there again; it
+// declares one gap and sends a snapshot.
+func TestAResumeAcrossAnAPIServerRestartDeclaresOneGapThenASnapshot(t *testing.T) {
+	ns := namespace(t)
+	createConfigMaps(t, ns, 3)
+	out := &holdingOutput{}
+	w := watcherOf(t, ns, out)
+	stop := runUntil(t, w)
+	rv := setData(t, ns, "cm-0", "one")
+	testkit.Eventually(t, "the checkpoint at the last change", func() bool {
+		cp, _ := w.Checkpoint()
+		return cp[ns] == rv
+	})
+	cp, _ := w.Checkpoint()
+	stop()
+	changed := setData(t, ns, "cm-1", "while down")
+	if err := cluster.RestartAPIServer(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	setData(t, ns, "cm-2", "after the restart")
+
+	after := &holdingOutput{}
+	w2 := watcherOf(t, ns, after)
+	w2.SetResume(&informer.Resume{Streams: cp})
+	runUntil(t, w2)
+	var ops []string
+	testkit.Within(t, 30*time.Second, "a gap, then a completed snapshot", func() bool {
+		ops = ops[:0]
+		for _, c := range after.changes() {
+			ops = append(ops, string(c.Op))
+		}
+		return slices.Contains(ops, string(informer.OpSnapshotCompleted))
+	}, func() string { return fmt.Sprint(ops) })
+	// Between the gap and the snapshot come the differences the relist
+	// found from the store the exact LIST had loaded: the two changes.
+	cs := after.changes()
+	if cs[0].Op != informer.OpGap || !slices.Equal(ops[1:4], []string{"updated", "updated", "started"}) {
+		t.Fatalf("the stream begins %v, want a gap, the two changes made since the checkpoint, then a snapshot", ops)
+	}
+	if g := cs[0].Gap; g.From != cp[ns] || g.Reason != informer.GapExpired || rvNumber(t, g.To) < rvNumber(t, changed) {
+		t.Fatalf("gap %+v, want (the checkpoint %s, a version at or after the change while down %s], reason %s", *g, cp[ns], changed, informer.GapExpired)
+	}
+	if n := strings.Count(strings.Join(ops, " "), string(informer.OpGap)); n != 1 {
+		t.Fatalf("%d gap events, want 1: %v", n, ops)
 	}
 }

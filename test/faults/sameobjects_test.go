@@ -222,6 +222,9 @@ func proveSameObjects(t *testing.T, ns string, b brokerUnderTest, label string) 
 	if _, err := cluster.CompactEtcd(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := cluster.ForgetHistory(ctx); err != nil {
+		t.Fatal(err)
+	}
 	proxy.Resume()
 
 	truth := apiServerInformer(t, ns)

@@ -47,10 +47,10 @@ type Options struct {
 	Progress io.Writer
 	// Users are created in addition to AdminUser.
 	Users []User
-	// APIServerArgs are appended to the apiserver's command line, e.g.
-	// "--watch-cache=false" so that a watch resuming from a compacted
-	// revision fails with 410 Gone instead of being served from the cache.
-	// Without it the watch cache is on, as kube-apiserver defaults to; how
+	// APIServerArgs are appended to the apiserver's command line. Without
+	// any the watch cache is on, as kube-apiserver defaults to, and a test
+	// that needs a compacted history gone restarts the API server
+	// (ForgetHistory); how
 	// long each serves an old resourceVersion is measured in
 	// window_test.go (docs/operations.md, "How long kubewire can be down").
 	APIServerArgs []string
