@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -46,6 +47,12 @@ func NewRESTClient(cfg *rest.Config) (rest.Interface, error) {
 	c := dynamic.ConfigFor(cfg)
 	c.GroupVersion = nil
 	c.APIPath = ""
+	// The dynamic client's serializer decodes only unstructured objects,
+	// so an error's Status body (its reason and causes, such as "resource
+	// version too large" after an etcd restore) was lost to a generic
+	// error. This one decodes metav1.Status; the raw path decodes nothing
+	// else through it.
+	c.NegotiatedSerializer = serializer.NewCodecFactory(paramScheme).WithoutConversion()
 	h, err := rest.HTTPClientFor(c)
 	if err != nil {
 		return nil, err
@@ -123,7 +130,12 @@ func (lw *listWatch) tweak(opts *metav1.ListOptions) {
 
 func (lw *listWatch) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	lw.tweak(&opts)
-	body, err := lw.o.Client.Get().AbsPath(lw.path).SpecificallyVersionedParams(&opts, paramCodec, versionV1).DoRaw(ctx)
+	res := lw.o.Client.Get().AbsPath(lw.path).SpecificallyVersionedParams(&opts, paramCodec, versionV1).Do(ctx)
+	// Error, unlike the error DoRaw returns, is the API server's Status.
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	body, err := res.Raw()
 	if err != nil {
 		return nil, err
 	}
