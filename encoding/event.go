@@ -71,6 +71,9 @@ type Gap struct {
 	// Reason is why the watch could not go on: informer.GapExpired,
 	// GapTooLarge or GapConfigChanged.
 	Reason string `json:"reason"`
+	// Backwards is set when the cluster's versions went backwards (etcd
+	// restored from a backup): see informer.Gap.Backwards.
+	Backwards bool `json:"backwards,omitempty"`
 }
 
 // GapID is the id of a gap event: "<keyprefix>[/<namespace>]/gap/<from>-<to>".
@@ -120,7 +123,7 @@ func New(c *informer.Change) (*Event, error) {
 			e.SetExtension(ExtNamespace, g.Namespace)
 		}
 		data, err = json.Marshal(Gap{Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource,
-			Namespace: g.Namespace, From: g.From, To: g.To, Reason: g.Reason})
+			Namespace: g.Namespace, From: g.From, To: g.To, Reason: g.Reason, Backwards: g.Backwards})
 	case c.IsMarker():
 		e.id = strings.TrimSpace(c.SnapshotID + "/" + string(c.Op))
 		e.SetExtension(ExtSnapshotID, c.SnapshotID)

@@ -132,6 +132,9 @@ func (w *Watcher) watchError(ctx context.Context, _ *cache.Reflector, err error)
 	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 		reason = "expired"
 		w.log.Info("watch expired; relisting", "err", err)
+	case apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge):
+		reason = "too-large"
+		w.log.Warn("the cluster's history is behind the stream (etcd restored from a backup?); relisting", "err", err)
 	case apierrors.IsForbidden(err):
 		reason = "forbidden"
 		// A restarted apiserver answers 403 until its RBAC caches have

@@ -50,6 +50,12 @@ type Gap struct {
 	Namespace string
 	From, To  string
 	Reason    string
+	// Backwards says the API server's history is behind the stream's (etcd
+	// restored from a backup): versions up to To may be missing, and the
+	// versions the stream carried after From belong to a history that no
+	// longer exists; numbers at or below To may come again with other
+	// content. The range (From, To] is then empty, and says nothing.
+	Backwards bool
 }
 
 // Resource is a configured resource after it has been resolved against the

@@ -12,15 +12,21 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// listsAt records the options of every LIST and answers at version now.
+// listsAt records the options of every LIST but the one-object reads of
+// the cluster's current version, and answers at version now.
 type listsAt struct {
-	now   string
-	asked []metav1.ListOptions
+	now    string
+	asked  []metav1.ListOptions
+	probes int
 }
 
 func (l *listsAt) lw() *cache.ListWatch {
 	return &cache.ListWatch{ListWithContextFunc: func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		l.asked = append(l.asked, o)
+		if o.Limit == 1 && o.ResourceVersion == "" {
+			l.probes++
+		} else {
+			l.asked = append(l.asked, o)
+		}
 		rv := o.ResourceVersion
 		if rv == "" {
 			rv = l.now
@@ -78,5 +84,23 @@ func TestTheRelistAfterARefusedWatchReadsWhatIsThereNowAndDeclaresAGap(t *testin
 				t.Fatalf("the next relist listed at %q, want exactly 25", l.asked[0].ResourceVersion)
 			}
 		})
+	}
+}
+
+// A relist at a version the cluster has not reached (etcd restored from a
+// backup) declares at once that versions went backwards: no LIST at that
+// version, which would wait for it and be retried for 40 s.
+func TestARelistAheadOfTheClusterDeclaresAGapThatWentBackwards(t *testing.T) {
+	l := &listsAt{now: "860"}
+	r := &resumer{resource: "configmaps", log: slog.New(slog.DiscardHandler), lastSync: func() string { return "1000" }, listed: true}
+	if _, err := r.list(context.Background(), l.lw(), metav1.ListOptions{ResourceVersion: "1000"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.asked) != 1 || l.asked[0].ResourceVersion != "" {
+		t.Fatalf("lists %+v, want one of what is there now", l.asked)
+	}
+	want := Gap{From: "1000", To: "860", Reason: GapTooLarge, Backwards: true}
+	if gaps := r.takeGaps(); len(gaps) != 1 || gaps[0] != want {
+		t.Fatalf("gaps %+v, want %+v", gaps, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubewire/kubewire/internal/base/metrics"
@@ -75,9 +76,22 @@ type resumer struct {
 }
 
 func (r *resumer) wrap(lw cache.ListerWatcher) *cache.ListWatch {
+	lwc := lw.(cache.ListerWatcherWithContext)
 	return &cache.ListWatch{
-		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.list(ctx, lw, o) },
-		WatchFuncWithContext: lw.(cache.ListerWatcherWithContext).WatchWithContext,
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.list(ctx, lw, o) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if err := r.behind(ctx, lwc, o.ResourceVersion); err != nil {
+				r.watchRefused(err)
+				return nil, err
+			}
+			// A watch refused at its start, before any event: the same
+			// refusal as an ERROR event on it.
+			wi, err := lwc.WatchWithContext(ctx, o)
+			if err != nil {
+				r.watchRefused(err)
+			}
+			return wi, err
+		},
 	}
 }
 
@@ -142,6 +156,14 @@ func (r *resumer) plan(o metav1.ListOptions) plan {
 	}
 }
 
+// olderThan reports whether version a is below b, compared as numbers
+// (etcd revisions); false where either is not a number.
+func olderThan(a, b string) bool {
+	na, errA := strconv.ParseUint(a, 10, 64)
+	nb, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && na < nb
+}
+
 // oldest is the smallest of the versions, compared as numbers where they
 // are (etcd revisions are), so that every stream's history is read again.
 func oldest(rvs map[string]string) string {
@@ -166,19 +188,26 @@ func (r *resumer) list(ctx context.Context, lw cache.ListerWatcher, o metav1.Lis
 	reason := p.reason
 	if p.refused {
 		metrics.WatchRefused.WithLabelValues(r.resource, reason).Inc()
-		r.log.Warn("watch refused at the version listed (the apiserver's watch cache starts after it); listing afresh and declaring a gap",
+		r.log.Warn("watch refused at the version the stream reached; listing afresh and declaring a gap",
 			"from", p.lower[r.stream], "reason", reason)
 	}
 	if p.exact != "" {
-		eo := o
-		eo.ResourceVersion, eo.ResourceVersionMatch = p.exact, metav1.ResourceVersionMatchExact
-		l, err := lwc.ListWithContext(ctx, eo)
-		if err == nil {
-			r.done(p, nil, "")
-			return l, nil
-		}
-		if reason = unavailable(err); reason == "" {
-			return nil, err
+		// A LIST at a version the cluster has not reached waits for it,
+		// and client-go retries the answer (504, Retry-After) ten times:
+		// 40 s to learn what one small read tells at once.
+		if err := r.behind(ctx, lwc, p.exact); err != nil {
+			reason = GapTooLarge
+		} else {
+			eo := o
+			eo.ResourceVersion, eo.ResourceVersionMatch = p.exact, metav1.ResourceVersionMatchExact
+			l, err := lwc.ListWithContext(ctx, eo)
+			if err == nil {
+				r.done(p, nil, "")
+				return l, nil
+			}
+			if reason = unavailable(err); reason == "" {
+				return nil, err
+			}
 		}
 	}
 	if reason != "" {
@@ -202,12 +231,41 @@ func (r *resumer) list(ctx context.Context, lw cache.ListerWatcher, o metav1.Lis
 		slices.Sort(keys)
 		for _, ns := range keys {
 			if from := p.lower[ns]; from != "" && from != to {
-				gaps = append(gaps, Gap{Namespace: ns, From: from, To: to, Reason: reason})
+				gaps = append(gaps, Gap{Namespace: ns, From: from, To: to, Reason: reason,
+					Backwards: reason == GapTooLarge || olderThan(to, from)})
 			}
 		}
 	}
 	r.done(p, gaps, reason)
 	return l, nil
+}
+
+// behind refuses a watch from a version the API server's history has not
+// reached, which happens only when etcd was restored from a backup. The
+// watch cache accepts such a watch, delivers nothing until the restored
+// history passes the version, and then delivers that history's changes as
+// if they followed the old one's. So each watch is preceded by the
+// cheapest consistent read there is, a LIST of one object, whose version
+// is the cluster's current revision. If that read fails, the watch goes
+// ahead and meets the same trouble itself.
+func (r *resumer) behind(ctx context.Context, lw cache.ListerWatcherWithContext, from string) error {
+	if r.merged || from == "" || from == "0" {
+		return nil
+	}
+	l, err := lw.ListWithContext(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return nil
+	}
+	la, err := meta.ListAccessor(l)
+	if err != nil || !olderThan(la.GetResourceVersion(), from) {
+		return nil
+	}
+	now := la.GetResourceVersion()
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: 504, Reason: metav1.StatusReasonTimeout,
+		Message: "watch from resourceVersion " + from + ": the cluster's history is at " + now + ", behind it (etcd restored from a backup?)",
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}},
+	}}
 }
 
 // watchRefused is told of every ERROR event a watch receives. The reflector answers a 410 on the watch
