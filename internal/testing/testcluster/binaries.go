@@ -99,6 +99,16 @@ func etcdSpec() binarySpec {
 	}
 }
 
+func etcdutlSpec() binarySpec {
+	return binarySpec{
+		name:    "etcdutl",
+		version: EtcdVersion,
+		module:  "go.etcd.io/etcd/etcdutl/v3@" + EtcdVersion,
+		pkg:     "go.etcd.io/etcd/etcdutl/v3",
+		eta:     "about 30 seconds",
+	}
+}
+
 // CacheDir is where built binaries are kept between runs: $KUBEWIRE_TESTBIN_DIR
 // if set, otherwise a kubewire directory under the user cache directory.
 func CacheDir() (string, error) {

@@ -78,6 +78,9 @@ type Cluster struct {
 	progress io.Writer
 	bins     Binaries
 	etcdURL  string
+	peerPort int
+	// etcdData is etcd's data directory; a restore moves it.
+	etcdData string
 	apiURL   string
 	apiArgs  []string
 	etcdArgs []string
@@ -126,7 +129,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.EtcdQuotaBackendBytes > 0 {
 		c.etcdArgs = append(c.etcdArgs, "--quota-backend-bytes="+strconv.FormatInt(opts.EtcdQuotaBackendBytes, 10))
 	}
-	if err := c.startEtcd(ctx, ports[1]); err != nil {
+	c.peerPort, c.etcdData = ports[1], filepath.Join(dir, "etcd")
+	if err := c.startEtcd(ctx); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -221,12 +225,14 @@ func (c *Cluster) writeTokens(path string, users []User) error {
 	return nil
 }
 
-func (c *Cluster) startEtcd(ctx context.Context, peerPort int) error {
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+func (c *Cluster) peerURL() string { return "http://127.0.0.1:" + strconv.Itoa(c.peerPort) }
+
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	peerURL := c.peerURL()
 	fmt.Fprintf(c.progress, "starting etcd on %s\n", c.etcdURL)
 	args := append([]string{
 		"--name=testcluster",
-		"--data-dir=" + filepath.Join(c.dir, "etcd"),
+		"--data-dir=" + c.etcdData,
 		"--listen-client-urls=" + c.etcdURL,
 		"--advertise-client-urls=" + c.etcdURL,
 		"--listen-peer-urls=" + peerURL,
