@@ -64,6 +64,7 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 			if r.Reason != "" {
 				a.log.Warn("the resource's config changed since its checkpoint was written: not resuming, declaring a gap", "resource", w.Name())
 			} else {
+				a.log.Info("resuming from the checkpoint", "resource", w.Name(), "streams", r.Streams)
 				from[w.Name()] = r.Streams
 				if hold != nil {
 					if e := entries[w.Name()]; e.Hash == w.ConfigHash() {
