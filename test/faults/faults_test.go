@@ -497,6 +497,9 @@ type procs struct {
 	// stderr is each run's log, by its output file name, for tests that
 	// report what kubewire said.
 	stderr map[string]*testkit.Buffer
+	// waits is each run's cmd.Wait, callable more than once and from
+	// more than one goroutine.
+	waits map[string]func() error
 }
 
 func newProcs(t *testing.T, ns string) *procs {
@@ -580,9 +583,14 @@ func (p *procs) start(t *testing.T, out string, flags ...string) (*exec.Cmd, fun
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	wait := sync.OnceValue(cmd.Wait)
+	if p.waits == nil {
+		p.waits = map[string]func() error{}
+	}
+	p.waits[out] = wait
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		_ = wait()
 		f.Close()
 		if t.Failed() {
 			t.Logf("%s stderr:\n%s", out, stderr.String())

@@ -59,6 +59,7 @@ type soakRun struct {
 	slot   int
 	cmd    *exec.Cmd
 	stream func() []event.Event
+	exited chan struct{}
 }
 
 func TestE2ESoakOfRandomFaultsLosesNoVersionOutsideADeclaredGap(t *testing.T) {
@@ -87,8 +88,14 @@ func TestE2ESoakOfRandomFaultsLosesNoVersionOutsideADeclaredGap(t *testing.T) {
 	var runs []*soakRun
 	live := [2]*soakRun{}
 	start := func(slot int) {
-		cmd, stream := slots[slot].start(t, fmt.Sprintf("run-%d-slot-%d.jsonl", len(runs), slot), electionFlags(ns, "3s", "2s")...)
-		r := &soakRun{slot: slot, cmd: cmd, stream: stream}
+		out := fmt.Sprintf("run-%d-slot-%d.jsonl", len(runs), slot)
+		cmd, stream := slots[slot].start(t, out, electionFlags(ns, "3s", "2s")...)
+		r := &soakRun{slot: slot, cmd: cmd, stream: stream, exited: make(chan struct{})}
+		wait := slots[slot].waits[out]
+		go func() {
+			_ = wait()
+			close(r.exited)
+		}()
 		runs = append(runs, r)
 		live[slot] = r
 	}
@@ -98,8 +105,25 @@ func TestE2ESoakOfRandomFaultsLosesNoVersionOutsideADeclaredGap(t *testing.T) {
 			return
 		}
 		_ = r.cmd.Process.Signal(sig)
-		_ = r.cmd.Wait()
+		<-r.exited
 		live[slot] = nil
+	}
+	// A replica exits when it loses its lease (an API server down for
+	// longer than the renew deadline); the kubelet would start its
+	// container again, and so does revive.
+	revived := 0
+	revive := func() {
+		for slot, r := range live {
+			if r == nil {
+				continue
+			}
+			select {
+			case <-r.exited:
+				revived++
+				start(slot)
+			default:
+			}
+		}
 	}
 	// all is every run's stdout, run after run. A standby started
 	// earlier may lead later, so across runs this is not the stream's
@@ -165,6 +189,7 @@ func TestE2ESoakOfRandomFaultsLosesNoVersionOutsideADeclaredGap(t *testing.T) {
 		key := "configmaps/" + ns + "/" + name
 		var leader int
 		testkit.Within(t, 90*time.Second, "a change made after "+what, func() bool {
+			revive()
 			leader = leaderOf(key, rv)
 			return leader >= 0
 		})
@@ -185,6 +210,7 @@ func TestE2ESoakOfRandomFaultsLosesNoVersionOutsideADeclaredGap(t *testing.T) {
 		faults[fault]++
 		t.Logf("cycle %d: %s after %s of churn", cycle, fault, wait)
 		time.Sleep(wait) // churn between faults, not a synchronisation
+		revive()
 		switch fault {
 		case soakKillLeader, soakTermLeader:
 			sig := syscall.SIGKILL
@@ -225,6 +251,7 @@ func TestE2ESoakOfRandomFaultsLosesNoVersionOutsideADeclaredGap(t *testing.T) {
 	stopChurn()
 	end := time.Now()
 	testkit.Eventually(t, "the last version of every key", func() bool {
+		revive()
 		missing, _, _ := soakCheck(t, wg, all(), end)
 		return missing == 0
 	})
@@ -233,8 +260,8 @@ func TestE2ESoakOfRandomFaultsLosesNoVersionOutsideADeclaredGap(t *testing.T) {
 	for f := soakFault(0); f < soakKinds; f++ {
 		kinds = append(kinds, fmt.Sprintf("%d %s", faults[f], f))
 	}
-	t.Logf("soak seed %d: %d cycles (%s); %d versions written, %d delivered, %d inside declared gaps, %d missing outside them; %d gap events; %d kubewire runs",
-		seed, cycles, strings.Join(kinds, ", "), written, written-inGaps-missing, inGaps, missing, len(declaredGaps(t, all())), len(runs))
+	t.Logf("soak seed %d: %d cycles (%s); %d versions written, %d delivered, %d inside declared gaps, %d missing outside them; %d gap events; %d kubewire runs, %d of them restarts after a lost lease",
+		seed, cycles, strings.Join(kinds, ", "), written, written-inGaps-missing, inGaps, missing, len(declaredGaps(t, all())), len(runs), revived)
 
 	// The broker's copy, read back on its own.
 	var js []event.Event
