@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"encoding/json"
-	"strconv"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/watch"
@@ -42,7 +41,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		v.windows[wk] = window{resource: key, start: v.seq}
 		return nil, nil
 	case encoding.TypeSnapshotCompleted:
-		return v.complete(pos, ev, key, problem)
+		return v.complete(pos, ev, key), nil
 	case encoding.TypeGap:
 		return nil, v.watchGap(pos, ev, key, problem)
 	case encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeSynced, encoding.TypeDeleted:
@@ -51,15 +50,6 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	}
 
 	uid, rv := ext(ev, encoding.ExtUID), ext(ev, encoding.ExtResourceVersion)
-	// A record the View cannot order is not applied, and does not count
-	// as an event of its key.
-	if rv == "" {
-		return nil, problem(ProblemMalformed, "no resourceversion")
-	}
-	n, err := version(rv)
-	if err != nil {
-		return nil, problem(ProblemMalformed, "resourceversion "+err.Error())
-	}
 	if hasExt(ev, encoding.ExtConflated) {
 		v.stats.Conflated++
 	}
@@ -86,28 +76,6 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		sw = v.windows[wk]
 	}
 
-	// What the View remembers of the key's version is the object held, or
-	// the one removed. After a watch.gap it forgot that version (see
-	// forget): a change, or a record of a snapshot opened after the gap,
-	// is then not compared with it. A change at or below the gap's to is
-	// not of the new history, but a late copy of an event before the gap.
-	var last entry
-	switch {
-	case held != nil:
-		last = *held
-	case wasGone:
-		last = gone
-	}
-	live := ev.Type() != encoding.TypeSynced
-	forgot := last.forgot != 0 && (live || sw.start > last.forgot)
-	older := func(b string) bool { return !forgot && olderRV(rv, b) }
-	beforeGap := live && last.floor != 0 && n <= last.floor
-	staleBeforeGap := func() []Problem {
-		v.stats.Stale++
-		return problem(ProblemStale, "resourceVersion "+rv+" is not above "+strconv.FormatUint(last.floor, 10)+
-			", where the listing after a watch.gap began: a late copy of an event from before the gap")
-	}
-
 	if ev.Type() == encoding.TypeDeleted {
 		fsu := hasExt(ev, encoding.ExtFinalStateUnknown)
 		if fsu {
@@ -117,9 +85,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		case held == nil && wasGone && gone.UID == uid && gone.ResourceVersion == rv:
 			v.stats.Duplicates++
 			return nil, nil
-		case beforeGap:
-			return nil, staleBeforeGap()
-		case held == nil && wasGone && older(gone.ResourceVersion):
+		case held == nil && wasGone && olderRV(rv, gone.ResourceVersion):
 			// A late copy of the delete of an earlier object under this
 			// key: recording it would lower the version the key was
 			// removed at, and let a late copy of a newer event bring
@@ -131,12 +97,11 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 			if wasGone {
 				detail = "uid " + gone.UID + " at " + gone.ResourceVersion + " was removed from this key"
 			}
-			v.gone[key] = entry{Object: Object{Key: key, Namespace: v.interned(ext(ev, encoding.ExtNamespace)), UID: uid, ResourceVersion: rv},
-				partition: v.interned(pos.Partition), seq: v.seq, floor: last.floor}
+			v.gone[key] = entry{Object: Object{Key: key, UID: uid, ResourceVersion: rv}, partition: v.interned(pos.Partition), seq: v.seq}
 			delete(v.pruned, key)
 			v.stats.DeletesNotHeld++
 			return nil, v.notHeld(Problem{Position: pos, Key: key, ID: ev.ID(), Reason: ProblemNotHeld, Detail: detail})
-		case held.UID != uid && older(held.ResourceVersion):
+		case held.UID != uid && olderRV(rv, held.ResourceVersion):
 			// A late delete of an earlier object under this key.
 			v.stats.Stale++
 			return nil, problem(ProblemStale, "delete at "+rv+" of uid "+uid+", view holds uid "+held.UID+" at "+held.ResourceVersion)
@@ -146,8 +111,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 			final = &Object{Key: key, Namespace: held.Namespace, Name: held.Name, UID: uid, ResourceVersion: rv, JSON: j, Reference: ref}
 		}
 		c := v.remove(pos, held, final, fsu)
-		v.gone[key] = entry{Object: Object{Key: key, Namespace: held.Namespace, UID: uid, ResourceVersion: rv},
-			partition: v.interned(pos.Partition), seq: v.seq, floor: last.floor}
+		v.gone[key] = entry{Object: Object{Key: key, UID: uid, ResourceVersion: rv}, partition: v.interned(pos.Partition), seq: v.seq}
 		return []change{c}, nil
 	}
 
@@ -160,12 +124,10 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 			v.stats.Duplicates++
 		}
 		return nil, nil
-	case beforeGap:
-		return nil, staleBeforeGap()
-	case held != nil && older(held.ResourceVersion):
+	case held != nil && olderRV(rv, held.ResourceVersion):
 		v.stats.Stale++
 		return nil, problem(ProblemStale, "resourceVersion "+rv+" after "+held.ResourceVersion)
-	case held == nil && wasGone && !restore && (gone.UID == uid && gone.ResourceVersion == rv || older(gone.ResourceVersion)):
+	case held == nil && wasGone && !restore && (gone.UID == uid && gone.ResourceVersion == rv || olderRV(rv, gone.ResourceVersion)):
 		v.stats.Stale++
 		return nil, problem(ProblemStale, "resourceVersion "+rv+" after a delete at "+gone.ResourceVersion)
 	}
@@ -178,7 +140,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 			Key: key, Namespace: v.interned(ext(ev, encoding.ExtNamespace)), Name: nameOf(key, ext(ev, encoding.ExtName)),
 			UID: uid, ResourceVersion: rv, JSON: j, Reference: ref,
 		},
-		partition: v.interned(pos.Partition), seq: v.seq, typ: ev.Type(), floor: last.floor,
+		partition: v.interned(pos.Partition), seq: v.seq, typ: ev.Type(),
 	}
 	v.objects[key] = e
 	v.index(e)
@@ -197,53 +159,18 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 // watchGap notes a watch.gap event. It changes no object: the snapshot that
 // follows it does.
 func (v *View) watchGap(pos Position, ev *event.Event, key string, problem func(reason, detail string) []Problem) []Problem {
+	if _, ok := v.watchGaps[ev.ID()]; ok {
+		return nil
+	}
 	var g encoding.Gap
 	if err := json.Unmarshal(ev.Data(), &g); err != nil {
 		return problem(ProblemMalformed, "gap data: "+err.Error())
-	}
-	if _, err := version(g.From); err != nil {
-		return problem(ProblemMalformed, "gap from "+err.Error())
-	}
-	to, err := version(g.To)
-	if err != nil {
-		return problem(ProblemMalformed, "gap to "+err.Error())
-	}
-	v.forget(pos.Partition, key, g.Namespace, to)
-	if _, ok := v.watchGaps[ev.ID()]; ok {
-		return nil
 	}
 	v.watchGaps[ev.ID()] = struct{}{}
 	v.stats.WatchGaps++
 	WatchGapsTotal.WithLabelValues(key, g.Reason).Inc()
 	v.newGaps = append(v.newGaps, WatchGap{Position: pos, ID: ev.ID(), Key: key, Gap: g})
 	return nil
-}
-
-// forget makes the View forget the versions it remembers of the keys of
-// resource (in namespace, if the gap names one) whose events arrive in
-// partition, at that partition's copy of a watch.gap whose listing began at
-// to: objects may come back at older versions (etcd restored from a
-// backup, whether its revisions were bumped or went backwards). It keeps
-// what each key holds and the id of the event that set it, so that a copy
-// of that event is still a duplicate; the next change, or record of a
-// snapshot opened after the gap, replaces it whatever its version. Every
-// copy forgets: a replay that brings the gap again may have brought older
-// events before it, and only what follows the gap is of its history.
-func (v *View) forget(partition, resource, namespace string, to uint64) {
-	in := func(e *entry) bool {
-		return e.partition == partition && resourceOf(e.Key) == resource && (namespace == "" || e.Namespace == namespace)
-	}
-	for _, e := range v.objects {
-		if in(e) {
-			e.forgot, e.floor = v.seq, to
-		}
-	}
-	for k, g := range v.gone {
-		if in(&g) {
-			g.forgot, g.floor = v.seq, to
-			v.gone[k] = g
-		}
-	}
 }
 
 // notHeld returns p for deliver, which passes it to OnDeleteNotHeld.
@@ -278,8 +205,7 @@ func (v *View) remove(pos Position, held *entry, final *Object, finalStateUnknow
 	delete(v.objects, held.Key)
 	delete(v.pruned, held.Key)
 	v.unindex(held)
-	v.gone[held.Key] = entry{Object: Object{Key: held.Key, Namespace: held.Namespace, UID: held.UID, ResourceVersion: held.ResourceVersion},
-		partition: held.partition, seq: v.seq, forgot: held.forgot, floor: held.floor}
+	v.gone[held.Key] = entry{Object: Object{Key: held.Key, UID: held.UID, ResourceVersion: held.ResourceVersion}, partition: held.partition, seq: v.seq}
 	v.stats.Applied++
 	if final == nil {
 		final = &held.Object

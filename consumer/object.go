@@ -72,16 +72,6 @@ type entry struct {
 	// typ is the type of the event that set the object, to tell a
 	// duplicate from another event of the same version.
 	typ string
-	// forgot is the seq of the watch.gap that made the View forget the
-	// key's version, 0 once an event set it again: until then a synced
-	// record of a window opened after the gap, or a change above floor,
-	// replaces it whatever its version (after an etcd restore, objects
-	// come back at older versions).
-	forgot uint64
-	// floor is the to of the last gap that made the View forget the key:
-	// every change after that gap is above it, so a change at or below
-	// it is a late copy of one from before the gap.
-	floor uint64
 }
 
 // objectJSON finds the object in an event's data, whatever the payload mode,

@@ -209,12 +209,12 @@ func (v *View) adopt(partition string, state []byte) error {
 	var seqs []uint64
 	for _, e := range in.objects {
 		if e.partition == partition {
-			seqs = append(seqs, e.seq, e.forgot)
+			seqs = append(seqs, e.seq)
 		}
 	}
 	for k, e := range in.gone {
 		if e.partition == partition {
-			seqs = append(seqs, e.seq, e.forgot)
+			seqs = append(seqs, e.seq)
 			if s, ok := in.pruned[k]; ok {
 				seqs = append(seqs, s)
 			}
@@ -227,11 +227,7 @@ func (v *View) adopt(partition string, state []byte) error {
 	}
 	slices.Sort(seqs)
 	seqs = slices.Compact(seqs)
-	seqs = slices.DeleteFunc(seqs, func(s uint64) bool { return s == 0 }) // forgot: 0 is none
 	renumber := func(s uint64) uint64 {
-		if s == 0 {
-			return 0
-		}
 		i, _ := slices.BinarySearch(seqs, s)
 		return base + uint64(i) + 1
 	}
@@ -242,7 +238,7 @@ func (v *View) adopt(partition string, state []byte) error {
 			continue
 		}
 		e.partition = v.interned(e.partition)
-		e.seq, e.forgot = renumber(e.seq), renumber(e.forgot)
+		e.seq = renumber(e.seq)
 		v.objects[k] = e
 		v.index(e)
 		delete(v.gone, k)
@@ -257,7 +253,7 @@ func (v *View) adopt(partition string, state []byte) error {
 			continue
 		}
 		e.partition = v.interned(e.partition)
-		e.seq, e.forgot = renumber(e.seq), renumber(e.forgot)
+		e.seq = renumber(e.seq)
 		v.gone[k] = e
 		if s, ok := in.pruned[k]; ok {
 			v.pruned[k] = renumber(s)

@@ -41,10 +41,6 @@ type stateRecord struct {
 	Seq       uint64          `json:"seq,omitempty"`
 	Object    json.RawMessage `json:"object,omitempty"`
 	Count     int             `json:"count,omitempty"`
-	// Forgot and Floor are an entry's: what a watch.gap made the View
-	// forget of the key's version.
-	Forgot uint64 `json:"forgot,omitempty"`
-	Floor  uint64 `json:"floor,omitempty"`
 }
 
 // SaveState writes everything the View holds and knows, with its position,
@@ -98,7 +94,6 @@ func (v *View) saveLocked(w io.Writer, only string) error {
 		return stateRecord{
 			Kind: kind, Key: e.Key, Namespace: e.Namespace, Name: e.Name, UID: e.UID, RV: e.ResourceVersion,
 			Reference: e.Reference, Type: e.typ, Partition: e.partition, Seq: e.seq, Object: e.JSON,
-			Forgot: e.forgot, Floor: e.floor,
 		}
 	}
 	// Sorted, so that one state always gives the same bytes.
@@ -209,7 +204,7 @@ func (v *View) loadLocked(r io.Reader) error {
 		}
 		e := entry{
 			Object:    Object{Key: rec.Key, Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, ResourceVersion: rec.RV, JSON: fitted(rec.Object), Reference: rec.Reference},
-			partition: v.interned(rec.Partition), seq: rec.Seq, typ: rec.Type, forgot: rec.Forgot, floor: rec.Floor,
+			partition: v.interned(rec.Partition), seq: rec.Seq, typ: rec.Type,
 		}
 		wk := windowKey{partition: v.interned(rec.Partition), snapshotID: rec.Snapshot}
 		switch rec.Kind {

@@ -37,8 +37,8 @@ type Options struct {
 	// OnWatchGap, if set, is called for every watch.gap event kubewire sent
 	// (once per gap: its copies in other partitions and its repeats are
 	// skipped), after the event was handled. The gap says that changes in
-	// its range may never have been sent; the View's objects are not
-	// changed by it, and the snapshot that follows it converges the View. An
+	// its range may never have been sent; the View's state is not changed
+	// by it, and the snapshot that follows it converges the View. An
 	// audit consumer records the range as possibly lost. It must not call
 	// the View.
 	OnWatchGap func(WatchGap)
@@ -65,8 +65,7 @@ type WatchGap struct {
 //   - an event whose id was already applied is dropped: for one key, an
 //     event with the uid, resourceVersion and type of the object held;
 //   - an event never replaces an object of a higher resourceVersion, nor
-//     brings back a deleted one at the version it was deleted at or lower,
-//     until a watch.gap makes the View forget those versions (below);
+//     brings back a deleted one at the version it was deleted at or lower;
 //   - added, updated and synced put the object at its key; deleted and a
 //     Kafka tombstone remove the key;
 //   - snapshot.completed removes every key of its resource in its partition
@@ -84,21 +83,10 @@ type WatchGap struct {
 //     removed by a tombstone alone are delivered to handlers as
 //     cache.DeletedFinalStateUnknown, as client-go does for deletes noticed
 //     by a relist;
-//   - a conflated event is applied as any other: it carries the newest state;
-//   - a record that breaks the contract (an object event with no
-//     resourceversion or one that is not a decimal unsigned integer, a gap
-//     whose from or to is not one) is not applied, and is reported to
-//     Options.OnProblem as malformed; a snapshot.completed whose started
-//     marker the partition never brought prunes nothing and is reported
-//     as unmatched;
-//   - a watch.gap event changes no object (the snapshot that follows it
+//   - a conflated event is applied as any other: it carries the newest state.
+//   - a watch.gap event changes nothing (the snapshot that follows it
 //     converges the view); it is reported to Options.OnWatchGap, once per
-//     gap, and counted in Stats.WatchGaps and WatchGapsTotal. At each
-//     partition's copy, the View forgets the versions of the keys of the
-//     gap's scope that the partition carries: their next change, or record
-//     of a snapshot opened after the gap, is applied whatever its version,
-//     a copy of the event that set them is still a duplicate, and a change
-//     at or below the gap's to is a late copy from before it (stale).
+//     gap, and counted in Stats.WatchGaps and WatchGapsTotal.
 //
 // Apply, Tombstone and Gap may be called from several goroutines (one per
 // partition): they are serialised, and handlers are called in that order,
@@ -192,17 +180,10 @@ type Problem struct {
 const (
 	// ProblemStale: the event's resourceVersion is lower than the held one.
 	ProblemStale = "stale"
-	// ProblemMalformed: the event lacks what the contract says it has, or
-	// has it in another form: a resourceversion, or a gap's from or to,
-	// that is not a decimal unsigned integer, say. It is not applied.
+	// ProblemMalformed: the event lacks what the contract says it has.
 	ProblemMalformed = "malformed"
 	// ProblemUnknownType: the event's type is not one of contract version 1.
 	ProblemUnknownType = "unknown type"
-	// ProblemUnmatched: a snapshot.completed whose snapshot.started the
-	// partition never brought. It prunes nothing. It is normal when
-	// reading began inside the window (a stored position, FromEnd, a
-	// compacted topic); it is also counted in Stats.Unmatched.
-	ProblemUnmatched = "unmatched"
 	// ProblemNotHeld: a delete of a key the View does not hold. It goes to
 	// Options.OnDeleteNotHeld, not OnProblem: it is not a fault of the
 	// stream.
