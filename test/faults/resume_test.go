@@ -291,11 +291,12 @@ func TestNamespacesWatchedOneByOneEachResumeFromTheirOwnCheckpoint(t *testing.T)
 	}
 }
 
-func TestAResumeFromACompactedCheckpointDeclaresOneGapThenASnapshot(t *testing.T) {
-	ns := namespace(t)
+// checkpointOfAStoppedWatcher runs a watcher of three new ConfigMaps in
+// ns, changes one, and returns the checkpoint it reached once stopped.
+func checkpointOfAStoppedWatcher(t *testing.T, ns string) map[string]string {
+	t.Helper()
 	createConfigMaps(t, ns, 3)
-	out := &holdingOutput{}
-	w := watcherOf(t, ns, out)
+	w := watcherOf(t, ns, &holdingOutput{})
 	stop := runUntil(t, w)
 	rv := setData(t, ns, "cm-0", "one")
 	testkit.Eventually(t, "the checkpoint at the last change", func() bool {
@@ -304,6 +305,12 @@ func TestAResumeFromACompactedCheckpointDeclaresOneGapThenASnapshot(t *testing.T
 	})
 	cp, _ := w.Checkpoint()
 	stop()
+	return cp
+}
+
+func TestAResumeFromACompactedCheckpointDeclaresOneGapThenASnapshot(t *testing.T) {
+	ns := namespace(t)
+	cp := checkpointOfAStoppedWatcher(t, ns)
 	// Down for longer than the history lasts.
 	setData(t, ns, "cm-1", "while down")
 	if err := kube.CoreV1().ConfigMaps(ns).Delete(context.Background(), "cm-2", metav1.DeleteOptions{}); err != nil {
@@ -835,17 +842,7 @@ func testAPIServerRestartUnderChurn(t *testing.T, cache string) {
 // declares one gap and sends a snapshot.
 func TestAResumeAcrossAnAPIServerRestartDeclaresOneGapThenASnapshot(t *testing.T) {
 	ns := namespace(t)
-	createConfigMaps(t, ns, 3)
-	out := &holdingOutput{}
-	w := watcherOf(t, ns, out)
-	stop := runUntil(t, w)
-	rv := setData(t, ns, "cm-0", "one")
-	testkit.Eventually(t, "the checkpoint at the last change", func() bool {
-		cp, _ := w.Checkpoint()
-		return cp[ns] == rv
-	})
-	cp, _ := w.Checkpoint()
-	stop()
+	cp := checkpointOfAStoppedWatcher(t, ns)
 	changed := setData(t, ns, "cm-1", "while down")
 	if err := cluster.RestartAPIServer(context.Background()); err != nil {
 		t.Fatal(err)
