@@ -37,6 +37,8 @@ type Options struct {
 	// writes waits alone; the buffer limits above are split between them.
 	Lanes int
 	// BatchSize is the most events handed to one Sink.Write (default 100).
+	// A Write holds at most one event of each key, so the later versions
+	// of a key wait for the next one (shard.take says why).
 	BatchSize int
 	// RetryInitial and RetryMax bound the exponential backoff between
 	// attempts (defaults 100ms and 5s). Jitter is added on top. The cap is
@@ -72,8 +74,8 @@ func (o *Options) defaults() {
 // Dispatcher delivers Items to one Sink. Each resource has a lane of its own
 // (lane.go), so a resource whose topic is missing waits without holding the
 // others back. Within a lane, items with the same key go to the same shard
-// and are written strictly in order, each retried until the sink
-// acknowledges it; different shards run in parallel. Enqueue never blocks.
+// and are written strictly in order, one per Write, each retried until the
+// sink acknowledges it; different shards run in parallel. Enqueue never blocks.
 // When the memory buffer is full, events go to the disk spool if the
 // dispatcher has one (UseSpool), in order, and come back once there is room;
 // without a spool, or once the spool is full, a new change of an object that

@@ -264,7 +264,7 @@ func (l *lane) work1(s *shard) {
 	events := make([]*encoding.Event, 0, d.opt.BatchSize)
 	for {
 		var b *barrier
-		batch, b = s.take(d.work, batch[:0], d.opt.BatchSize)
+		batch, b = s.take(d.work, batch[:0], d.opt.BatchSize, true)
 		switch {
 		case b != nil:
 			if !l.arrive(b) {

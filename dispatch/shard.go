@@ -52,6 +52,8 @@ type shard struct {
 	epoch   uint64
 	closed  bool
 	notify  chan struct{}
+	// keys are the keys of the batch take is filling; the worker's own.
+	keys map[string]struct{}
 }
 
 // push appends it, or, when the buffer is full, folds it into the queued
@@ -135,7 +137,15 @@ func (s *shard) wake() {
 // take waits for work. It returns up to max entries in order, stopping before
 // a barrier; or the barrier at the head; or nothing once the shard is closed
 // and empty, or ctx ends.
-func (s *shard) take(ctx context.Context, buf []*entry, max int) ([]*entry, *barrier) {
+//
+// With distinct, it also stops before a second entry of a key, so that a
+// Write never holds two versions of one key: the later one then cannot
+// reach the broker while the earlier one's fate is open. A refusal that
+// comes as shutdown cancels writes is not trusted, and its event is kept
+// for the next start; had a later version of its key been acknowledged in
+// the same Write, the next start would write the older one after it (issue
+// 46: rv 2, 1, 2).
+func (s *shard) take(ctx context.Context, buf []*entry, max int, distinct bool) ([]*entry, *barrier) {
 	for {
 		s.mu.Lock()
 		if s.head < len(s.q) {
@@ -144,8 +154,20 @@ func (s *shard) take(ctx context.Context, buf []*entry, max int) ([]*entry, *bar
 				s.mu.Unlock()
 				return buf, b
 			}
+			if distinct {
+				if s.keys == nil {
+					s.keys = map[string]struct{}{}
+				}
+				clear(s.keys)
+			}
 			for s.head < len(s.q) && len(buf) < max && s.q[s.head].barrier == nil {
 				e := s.q[s.head]
+				if distinct {
+					if _, again := s.keys[e.key]; again {
+						break
+					}
+					s.keys[e.key] = struct{}{}
+				}
 				s.pop()
 				if s.pending[e.key] == e {
 					delete(s.pending, e.key)

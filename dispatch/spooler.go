@@ -269,7 +269,9 @@ func (sp *spooler) write(l *lane) {
 			waitFor(sp.feedCtx, sp.freed, 200*time.Millisecond)
 		}
 		var b *barrier
-		buf, b = sp.inbox.take(context.Background(), buf[:0], cap(buf))
+		// Not distinct: the disk keeps the order of a key's versions,
+		// and they reach a Write one at a time once read back.
+		buf, b = sp.inbox.take(context.Background(), buf[:0], cap(buf), false)
 		if b != nil {
 			buf = append(buf, &entry{item: b.item, key: b.item.Change.Key})
 		}
