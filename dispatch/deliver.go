@@ -112,13 +112,8 @@ type outcome struct{ acked int }
 // are dropped and counted, and batch and events are compacted in place to
 // the rest, which failed transiently. While the work context is ending, a
 // refusal is not trusted (the Write may have failed because of the end)
-// and its event is kept for the next start.
-//
-// An adapter that acknowledges an event of a key after an earlier event of
-// the key failed transiently breaks the Write contract: the later event
-// has overtaken the earlier one at the broker. It is kept too, to be
-// written again after the earlier one, so that the key ends at its newest
-// change.
+// and its event is kept for the next start. No later event of its key can
+// have been acknowledged past it: a Write holds one event of each key.
 func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, err error) ([]*entry, []*encoding.Event, outcome) {
 	var be *sinks.BatchError
 	if errors.As(err, &be) && be.Len() != len(events) {
@@ -130,7 +125,6 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, e
 	ending := d.work.Err() != nil
 	now := time.Now()
 	var o outcome
-	var failedKeys map[string]struct{} // keys with an event that failed transiently
 	n := 0
 	for i := range batch {
 		e, ev := batch[i], events[i]
@@ -139,26 +133,16 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, e
 			ierr = be.Err(i)
 		}
 		if ierr == nil {
-			if _, overtook := failedKeys[e.key]; !overtook {
-				d.delivered(e, now)
-				o.acked++
-				continue
-			}
-			l.log.Error("sink acknowledged an event after an earlier event of its key failed; writing it again after that one",
-				"id", ev.ID(), "partitionkey", e.key)
-			ierr = sinks.ErrNotSent
+			d.delivered(e, now)
+			o.acked++
+			continue
 		}
 		if errors.Is(ierr, sinks.ErrPermanent) && !ending {
 			d.refused(ev, e, ierr)
 			continue
 		}
 		// Kept, whether it failed transiently or its refusal is not
-		// trusted at the end: either way the key's later events must not
-		// pass it.
-		if failedKeys == nil {
-			failedKeys = map[string]struct{}{}
-		}
-		failedKeys[e.key] = struct{}{}
+		// trusted at the end.
 		batch[n], events[n] = e, ev
 		n++
 	}

@@ -45,11 +45,12 @@ import (
 // earlier one: once an event fails transiently, every later event of its
 // key in the slice must be reported failed too (ErrNotSent, if the adapter
 // held it back). An event refused for good does not hold back its key. The
-// dispatcher checks this, and writes an event acknowledged against it again
-// after the one it overtook, so that the key ends at its newest change. A
-// snapshot marker comes alone in its Write, once everything before it in
-// its resource was acknowledged or refused, so an adapter need not order a
-// marker against other keys.
+// dispatcher itself gives a Write at most one event of each key, so that a
+// refusal it cannot trust (one that comes as shutdown cancels writes) never
+// leaves a later version at the broker ahead of the one it keeps; other
+// callers may pass several. A snapshot marker comes alone in its Write,
+// once everything before it in its resource was acknowledged or refused,
+// so an adapter need not order a marker against other keys.
 //
 // Write is called concurrently from several shards, and must not keep the
 // slice after it returns: the dispatcher reuses it.
