@@ -142,6 +142,10 @@ type Dispatcher struct {
 	// uncleanStart: the process that wrote the spool ended without Close
 	// (replay.go).
 	uncleanStart bool
+	// spoolFound: UseSpool found a spool in its directory; spoolCut: a
+	// lane's spool cut off a record that was not whole (SpoolAsLeft).
+	spoolFound bool
+	spoolCut   atomic.Bool
 
 	// Per-sink children of the metric vectors, looked up once rather than
 	// per event.

@@ -84,6 +84,8 @@ func (d *Dispatcher) newLane(prefix string) *lane {
 			// that is not is a broken disk. Conflate rather than stop.
 			metrics.SpoolErrors.WithLabelValues(d.name, "open").Inc()
 			l.log.Error("cannot open the spool of this resource; its overflow will be conflated", "dir", dir, "err", err)
+		} else if l.sp.disk.Cut() {
+			d.spoolCut.Store(true)
 		}
 	}
 	return l

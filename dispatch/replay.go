@@ -150,6 +150,17 @@ func markerCount(ev *encoding.Event) int {
 	return *m.Count
 }
 
+// SpoolAsLeft reports whether UseSpool found the spool as the process before
+// left it: the directory held a spool, and none of its files was cut short,
+// unless that process was killed (a record a kill cuts short was never
+// counted as spooled). A position saved beside the spools, which counts
+// the changes in them as kept, holds only while each spool is as it was
+// left: a spool made anew, or one that lost records, does not hold them.
+// False without a spool.
+func (d *Dispatcher) SpoolAsLeft() bool {
+	return d.spool != nil && d.spoolFound && (!d.spoolCut.Load() || d.uncleanStart)
+}
+
 // Replayed is closed once every record an earlier process left in the
 // spool has been delivered, or dropped or skipped for good. Until then the
 // stream's checkpoint must not pass them: they are in no broker yet, and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,11 +76,11 @@ func (d *Dispatcher) UseSpool(opt spool.Options) error {
 	if opt.Owner.Sink == "" {
 		opt.Owner.Sink = d.name
 	}
-	lock, err := d.claimSpoolDir(opt)
+	lock, found, err := d.claimSpoolDir(opt)
 	if err != nil {
 		return err
 	}
-	d.spoolLock = lock
+	d.spoolLock, d.spoolFound = lock, found
 	d.spool = &opt
 	unclean, err := d.markRunning()
 	if err != nil {
@@ -123,14 +124,15 @@ func (d *Dispatcher) spoolCorrupt() {
 }
 
 // claimSpoolDir locks opt.Dir and checks that its spool is opt.Owner's,
-// before anything in it is read.
-func (d *Dispatcher) claimSpoolDir(opt spool.Options) (_ *spool.DirLock, err error) {
+// before anything in it is read. found says the directory held a spool
+// already: its owner record, or the files of an older kubewire.
+func (d *Dispatcher) claimSpoolDir(opt spool.Options) (_ *spool.DirLock, found bool, err error) {
 	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("spool directory: %w", err)
+		return nil, false, fmt.Errorf("spool directory: %w", err)
 	}
 	lock, err := spool.Lock(opt.Dir)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer func() {
 		if err != nil {
@@ -139,19 +141,20 @@ func (d *Dispatcher) claimSpoolDir(opt spool.Options) (_ *spool.DirLock, err err
 	}()
 	probe, err := os.CreateTemp(opt.Dir, ".probe-")
 	if err != nil {
-		return nil, fmt.Errorf("spool directory is not writable: %w", err)
+		return nil, false, fmt.Errorf("spool directory is not writable: %w", err)
 	}
 	probe.Close()
 	_ = os.Remove(probe.Name())
+	_, noRecord := os.Stat(filepath.Join(opt.Dir, spool.OwnerFile))
 	adopted, err := spool.Claim(opt.Dir, opt.Owner)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if adopted {
 		d.log.Info("spool has no owner record, as an older kubewire left it; adopting it for this cluster and sink",
 			"dir", opt.Dir, "cluster", opt.Owner.Cluster)
 	}
-	return lock, nil
+	return lock, noRecord == nil || adopted, nil
 }
 
 func (d *Dispatcher) spoolGauges() {

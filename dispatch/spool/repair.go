@@ -67,16 +67,17 @@ func segmentNames(dir string) ([]int64, error) {
 
 // repairSegment rewrites the metadata of segment name in dir to match its
 // data files, and returns the bytes of its unread records (with their
-// length prefixes) and the read position it settled on. The read position
-// is the later of the library's and the spool's own cursor (cursor.go).
-func repairSegment(dir, name string) (unread int64, at position, err error) {
+// length prefixes), the read position it settled on, and whether it cut off
+// a record that was not whole. The read position is the later of the
+// library's and the spool's own cursor (cursor.go).
+func repairSegment(dir, name string) (unread int64, at position, cut bool, err error) {
 	var m segmentMeta
 	if b, err := os.ReadFile(metaPath(dir, name)); err == nil {
 		if _, err := fmt.Sscanf(string(b), "%d\n%d,%d\n%d,%d\n", &m.depth, &m.readFileNum, &m.readPos, &m.writeFileNum, &m.writePos); err != nil {
-			return 0, at, fmt.Errorf("spool segment %s: metadata: %w", name, err)
+			return 0, at, false, fmt.Errorf("spool segment %s: metadata: %w", name, err)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return 0, at, err
+		return 0, at, false, err
 	}
 	if c, ok := readCursor(dir, name); ok && c.after(position{m.readFileNum, m.readPos}) {
 		m.readFileNum, m.readPos = c.file, c.pos
@@ -105,15 +106,17 @@ func repairSegment(dir, name string) (unread int64, at position, err error) {
 		if n == m.readFileNum {
 			from = m.readPos
 		}
-		count, end, err := countRecords(dataPath(dir, name, n), from)
+		count, end, size, err := countRecords(dataPath(dir, name, n), from)
 		if err != nil {
-			return 0, at, fmt.Errorf("spool segment %s: %w", name, err)
+			return 0, at, false, fmt.Errorf("spool segment %s: %w", name, err)
 		}
 		if i == len(nums)-1 {
 			// The tail of the last file may be a record cut short by the
 			// kill; it was never acknowledged as spooled, so drop it.
-			if err := os.Truncate(dataPath(dir, name, n), end); err != nil {
-				return 0, at, err
+			if cut = size > end; cut {
+				if err := os.Truncate(dataPath(dir, name, n), end); err != nil {
+					return 0, at, false, err
+				}
 			}
 		}
 		m.depth += count
@@ -123,29 +126,29 @@ func repairSegment(dir, name string) (unread int64, at position, err error) {
 	tmp := metaPath(dir, name) + ".repair.tmp"
 	data := fmt.Sprintf("%d\n%d,%d\n%d,%d\n", m.depth, m.readFileNum, m.readPos, m.writeFileNum, m.writePos)
 	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
-		return 0, at, err
+		return 0, at, false, err
 	}
-	return unread, position{m.readFileNum, m.readPos}, os.Rename(tmp, metaPath(dir, name))
+	return unread, position{m.readFileNum, m.readPos}, cut, os.Rename(tmp, metaPath(dir, name))
 }
 
 // countRecords counts the complete records of a data file from offset from,
-// and returns the offset just past the last one.
-func countRecords(path string, from int64) (count, end int64, err error) {
+// and returns the offset just past the last one, and the file's size.
+func countRecords(path string, from int64) (count, end, size int64, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	size := fi.Size()
+	size = fi.Size()
 	end = from
 	var hdr [4]byte
 	for end+4 <= size {
 		if _, err := f.ReadAt(hdr[:], end); err != nil && !errors.Is(err, io.EOF) {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		n := int64(binary.BigEndian.Uint32(hdr[:]))
 		if n < 1 || n > spoolMaxRecord || end+4+n > size {
@@ -154,5 +157,5 @@ func countRecords(path string, from int64) (count, end int64, err error) {
 		end += 4 + n
 		count++
 	}
-	return count, end, nil
+	return count, end, size, nil
 }

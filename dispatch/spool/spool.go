@@ -88,6 +88,8 @@ type Spool struct {
 	put chan struct{}
 	// cursorErr: a failure to save a read position was logged.
 	cursorErr bool
+	// cut: Open cut off the tail of a file, a record that was not whole.
+	cut bool
 }
 
 type segment struct {
@@ -113,10 +115,11 @@ func Open(opt Options, log *slog.Logger, bytes *atomic.Int64) (*Spool, error) {
 		return nil, err
 	}
 	for _, g := range gens {
-		unread, at, err := repairSegment(opt.Dir, fmt.Sprintf("seg-%d", g))
+		unread, at, cut, err := repairSegment(opt.Dir, fmt.Sprintf("seg-%d", g))
 		if err != nil {
 			return nil, err
 		}
+		s.cut = s.cut || cut
 		seg, err := s.newSegment(g, &at)
 		if err != nil {
 			return nil, err
@@ -160,6 +163,11 @@ func (s *Spool) newSegment(gen int64, at *position) (*segment, error) {
 
 // Dir is the directory the spool lives in.
 func (s *Spool) Dir() string { return s.opt.Dir }
+
+// Cut reports whether Open cut off the tail of a data file: a record that
+// was not whole. A kill can leave one, never counted as spooled; after a
+// clean shutdown it means the file lost data since.
+func (s *Spool) Cut() bool { return s.cut }
 
 // Full reports whether the spool has reached its bound.
 func (s *Spool) Full() bool { return s.bytes.Load() >= s.opt.MaxBytes }

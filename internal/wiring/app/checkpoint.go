@@ -9,6 +9,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/base/checkpoint"
+	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/base/metrics"
 	"github.com/kubewire/kubewire/internal/base/tick"
 )
@@ -46,6 +47,18 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 	if a.positions != nil {
 		if positions, err = a.positions.Load(); err != nil {
 			a.log.Warn("spool positions unreadable; resuming from the checkpoint", "err", err)
+		}
+		// The file is one for every sink, and counts what each spooled as
+		// kept: a sink whose spool is gone or lost records would resume
+		// past changes it never delivered. It goes, so that a crash
+		// before the next save cannot trust it either.
+		if changed := a.spoolsNotAsLeft(); len(positions) > 0 && len(changed) > 0 {
+			a.log.Warn("spool positions not used: these sinks' spools are not as the last run left them, so the positions may count changes they no longer hold; resuming from the checkpoint",
+				"sinks", changed)
+			positions = nil
+			if err := a.positions.Remove(); err != nil {
+				a.log.Warn("spool positions not removed", "err", err)
+			}
 		}
 	}
 	// While the spools replay what an earlier process left, the resume
@@ -123,6 +136,18 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 			}
 		}
 	}
+}
+
+// spoolsNotAsLeft names the spooling sinks whose spool is not as the last
+// run left it (dispatch.Dispatcher.SpoolAsLeft).
+func (a *App) spoolsNotAsLeft() []string {
+	var out []string
+	for _, sc := range a.opt.Config.Sinks {
+		if sc.Overflow == config.OverflowSpool && !a.dispatchers[sc.Name].SpoolAsLeft() {
+			out = append(out, sc.Name)
+		}
+	}
+	return out
 }
 
 // resumeOf is where a resource with config hash resumes: from the newer of

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,7 +29,7 @@ import (
 // checkpoint stays at what every sink acknowledged; positions.json, one
 // file for all the sinks of dispatch.spoolDir, says how far every change
 // was acknowledged or spooled, and a restart resumes from the newer of the
-// two.
+// two, but only while every sink's spool is as the last run left it.
 
 // spoolRun is one in-process kubewire with two spooling sinks, a and b,
 // whose brokers are memsinks the test takes down and brings back.
@@ -145,6 +146,30 @@ func update(t *testing.T, ns string, names []string, round int, written map[stri
 	}
 }
 
+// lastDataFile is the spool file a sink writes last: the highest-numbered
+// file of its newest segment.
+func lastDataFile(t *testing.T, laneDir string) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(laneDir, "seg-*.diskqueue.*.dat"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no spool data file in %s (%v)", laneDir, err)
+	}
+	seg := func(f string) (gen, n int64) {
+		name, num, _ := strings.Cut(strings.TrimSuffix(filepath.Base(f), ".dat"), ".diskqueue.")
+		gen, _ = strconv.ParseInt(strings.TrimPrefix(name, "seg-"), 10, 64)
+		n, _ = strconv.ParseInt(num, 10, 64)
+		return gen, n
+	}
+	return slices.MaxFunc(files, func(x, y string) int {
+		gx, nx := seg(x)
+		gy, ny := seg(y)
+		if gx != gy {
+			return int(gx - gy)
+		}
+		return int(nx - ny)
+	})
+}
+
 // The outage: the brokers of down go away, each ConfigMap changes three
 // times, then those of downLate go away too and each changes three more
 // times. kubewire stops (a rollout), between happens to the spool
@@ -158,6 +183,23 @@ func TestARestartDuringAnOutageLosesNoVersionWhateverBecameOfTheSpool(t *testing
 		{name: "A rollout onto an empty volume: the spool directory is gone, positions.json with it.",
 			down: []string{"a", "b"}, between: func(t *testing.T, dir string) {
 				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "One sink's spool directory is gone; positions.json and the other sink's spool are left.",
+			down: []string{"a", "b"}, between: func(t *testing.T, dir string) {
+				if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "One sink's last spool file is cut mid-record.",
+			down: []string{"a", "b"}, between: func(t *testing.T, dir string) {
+				f := lastDataFile(t, filepath.Join(dir, "a", "configmaps"))
+				st, err := os.Stat(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Truncate(f, st.Size()-10); err != nil {
 					t.Fatal(err)
 				}
 			}},
