@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/tidwall/gjson"
@@ -128,11 +129,28 @@ func ParseJSON(b []byte) (*Event, error) {
 	if !gjson.ValidBytes(b) {
 		return nil, fmt.Errorf("encoding: the event is not valid JSON")
 	}
-	// One copy of the record for every string the event keeps, so that
-	// the caller may reuse b.
-	r := gjson.Parse(string(b))
+	// The parse reads b in place. Every string the event keeps is copied
+	// out of it on its own, so that the caller may reuse b and the event
+	// holds its data once, not the whole record as well: a spool drain
+	// keeps up to dispatch.bufferBytes of these, counted by their data.
+	r := gjson.Parse(unsafe.String(unsafe.SliceData(b), len(b)))
 	if !r.IsObject() {
 		return nil, fmt.Errorf("encoding: the event is not a JSON object")
+	}
+	// The strings the event keeps go into one buffer of their own, which
+	// the record's data, its bulk, is never part of.
+	var small []byte
+	if d := r.Get("data"); d.Exists() {
+		small = make([]byte, 0, len(b)-len(d.Raw))
+	} else {
+		small = make([]byte, 0, len(b))
+	}
+	keep := func(s string) string {
+		if len(s) > cap(small)-len(small) {
+			return strings.Clone(s) // unescaping made it longer
+		}
+		small = append(small, s...)
+		return unsafe.String(unsafe.SliceData(small[len(small)-len(s):]), len(s))
 	}
 	e := &Event{}
 	var data gjson.Result
@@ -146,17 +164,17 @@ func ParseJSON(b []byte) (*Event, error) {
 		case "specversion":
 			ok, spec = v.Str == event.CloudEventsVersionV1, true
 		case "id":
-			e.id = v.Str
+			e.id = keep(v.Str)
 		case "source":
-			e.source = v.Str
+			e.source = keep(v.Str)
 		case "type":
-			e.typ = v.Str
+			e.typ = keep(v.Str)
 		case "subject":
-			e.subject = v.Str
+			e.subject = keep(v.Str)
 		case "datacontenttype":
-			e.contentType = v.Str
+			e.contentType = keep(v.Str)
 		case "dataschema":
-			e.dataSchema = v.Str
+			e.dataSchema = keep(v.Str)
 		case "time":
 			t, err := time.Parse(time.RFC3339Nano, v.Str)
 			e.time, ok = t, err == nil
@@ -165,7 +183,7 @@ func ParseJSON(b []byte) (*Event, error) {
 		case "data_base64":
 			ok = false
 		default:
-			e.SetExtension(k.Str, v.Str)
+			e.SetExtension(keep(k.Str), keep(v.Str))
 		}
 		return ok
 	})

@@ -3,6 +3,8 @@ package encoding
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,4 +180,42 @@ func TestParseJSONReadsAnyOtherEventAsSDKGoDoes(t *testing.T) {
 			t.Errorf("%s: read as %s", name, e.AppendJSON(nil))
 		}
 	}
+}
+
+// The spool reads back up to dispatch.bufferBytes of events per sink, and
+// the budget counts each event's data once: an event read back must keep one
+// copy of its record's data and nothing else of the record (issue 46: a drain
+// kept the whole record as well, twice the budget).
+func TestParseJSONKeepsOneCopyOfTheDataAndNoneOfTheRecord(t *testing.T) {
+	big := event.New()
+	big.SetID("0c6a1f4e-1")
+	big.SetSource("/clusters/c/api/v1/namespaces/ns/configmaps")
+	big.SetType("io.kubewire.object.updated")
+	big.SetSubject("ns/big")
+	big.SetDataContentType("application/json")
+	big.SetExtension(ExtResourceVersion, "12345")
+	big.SetExtension(ExtPartitionKey, "v1/configmaps/ns/big")
+	big.DataEncoded = []byte(`{"data":{"v":"` + strings.Repeat("x", 64<<10) + `"}}`)
+	rec := fromCE(t, &big).AppendJSON(nil)
+	var err error
+	const n = 64
+	kept := make([]*Event, n)
+	before := liveHeap()
+	for i := range kept {
+		if kept[i], err = ParseJSON(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per := (liveHeap() - before) / n
+	if data := uint64(len(kept[0].Data())); per > data+data/4 {
+		t.Errorf("each event read back keeps %d bytes for %d bytes of data in a record of %d", per, data, len(rec))
+	}
+	runtime.KeepAlive(kept)
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
