@@ -206,8 +206,8 @@ func TestParseJSONKeepsOneCopyOfTheDataAndNoneOfTheRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	per := (liveHeap() - before) / n
-	if data := uint64(len(kept[0].Data())); per > data+data/4 {
+	per := (int64(liveHeap()) - int64(before)) / n
+	if data := int64(len(kept[0].Data())); per > data+data/4 {
 		t.Errorf("each event read back keeps %d bytes for %d bytes of data in a record of %d", per, data, len(rec))
 	}
 	runtime.KeepAlive(kept)

@@ -1,6 +1,7 @@
 package informer
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,7 +146,10 @@ func (p *progress) add(rv string, acks int32) Mark {
 		p.ring, p.dhead, p.head = p.ring[:n], p.dhead-p.head, 0
 	}
 	seq := p.first + uint64(len(p.ring)-p.head)
-	p.ring = append(p.ring, entry{rv: rv, left: acks, open: acks})
+	// A copy: a raw object's version is a view into its JSON, which the
+	// entry would otherwise keep until every sink is done with the change,
+	// through a whole broker outage.
+	p.ring = append(p.ring, entry{rv: strings.Clone(rv), left: acks, open: acks})
 	if acks <= 0 {
 		p.settle()
 		return Mark{}
