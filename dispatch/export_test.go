@@ -54,3 +54,6 @@ func (t *TestSpool) Depth() int64 { return t.s.Depth() }
 
 // Bytes is what the spool counts against MaxBytes.
 func (t *TestSpool) Bytes() int64 { return t.bytes.Load() }
+
+// SpoolReadAhead is how much object data a lane reads back ahead of its sink.
+const SpoolReadAhead = spoolReadAhead

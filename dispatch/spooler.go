@@ -20,6 +20,13 @@ import (
 // be folded, even with a small memory buffer.
 const minInbox = 10000
 
+// spoolReadAhead is the most object data a lane moves from its spool into
+// memory ahead of the sink. It covers a Kafka sink's requests in flight on a
+// few partitions at the default batch size; a lane whose bufferBytes share is
+// smaller stops there first. Reading the whole bufferBytes ahead made a
+// drain's heap the sum of every sink's buffer (issue 46).
+const spoolReadAhead = 8 << 20
+
 // spooler moves a dispatcher's overflow to disk and back, in order.
 //
 // While it is active, every new event goes behind what is spooled: first
@@ -415,9 +422,13 @@ func (sp *spooler) feed(l *lane) {
 // connected, and, until the broker has acknowledged a write since this
 // start, one event at a time: a restart into an outage must not move the
 // spool into memory, where the next kill loses it.
+//
+// Nor while the lane holds spoolReadAhead bytes: a drain reads faster than
+// any broker takes, so what memory holds beyond the sink's next writes only
+// waits there.
 func (sp *spooler) mayRead(l *lane) bool {
 	d := l.d
-	return !l.full() && d.everConnected.Load() && (d.acked.Load() || l.queued.Load() == 0)
+	return !l.full() && l.queuedBytes.Load() < spoolReadAhead && d.everConnected.Load() && (d.acked.Load() || l.queued.Load() == 0)
 }
 
 // resource returns the stand-in Resource of a key prefix: spooled items
