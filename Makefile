@@ -19,7 +19,7 @@ TOOLS     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kubewire/tools
 CYCLONEDX_GOMOD_VERSION := v1.10.0
 CYCLONEDX_GOMOD := $(TOOLS)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/cyclonedx-gomod
 
-.PHONY: all build test e2e e2e-cluster testbin-node bench bench-quick bench-apiserver bench-binary bench-binary-smoke lint demo testbin manifests image release clean
+.PHONY: all build test e2e e2e-cluster testbin-node bench bench-drain bench-quick bench-apiserver bench-binary bench-binary-smoke lint demo testbin manifests image release clean
 
 all: build
 
@@ -50,9 +50,14 @@ e2e: testbin
 e2e-cluster: testbin-node
 	$(GO) test $(filter-out -race,$(TESTFLAGS)) -tags cluster -run 'Cluster' -timeout 30m ./test/cluster/...
 
-## bench: benchmarks (never part of make test)
+## bench: benchmarks (never part of make test), then bench-drain
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 -timeout 40m ./... | tee bench.out
+	$(MAKE) bench-drain
+
+## bench-drain: the shipped binary, restarted into a 500 MB spool, drains it into real Kafka and nats-server; fails if its peak RSS passes 300 MB (make e2e runs it at 40 MB)
+bench-drain: testbin
+	KUBEWIRE_DRAIN_SPOOL_MB=500 $(GO) test -tags e2e -run 'TestE2EShippedBinaryDrainsALargeSpool' -v -count=1 -timeout 40m ./test/faults | tee bench-drain.out
 
 ## bench-quick: every benchmark once at a small fixed N, so the harness cannot rot (CI runs it)
 bench-quick:
