@@ -41,7 +41,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		v.windows[wk] = window{resource: key, start: v.seq}
 		return nil, nil
 	case encoding.TypeSnapshotCompleted:
-		return v.complete(pos, ev, key), nil
+		return v.complete(pos, ev, key, problem)
 	case encoding.TypeGap:
 		return nil, v.watchGap(pos, ev, key, problem)
 	case encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeSynced, encoding.TypeDeleted:
@@ -50,6 +50,14 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	}
 
 	uid, rv := ext(ev, encoding.ExtUID), ext(ev, encoding.ExtResourceVersion)
+	// A record the View cannot order is not applied, and does not count
+	// as an event of its key.
+	if rv == "" {
+		return nil, problem(ProblemMalformed, "no resourceversion")
+	}
+	if _, err := version(rv); err != nil {
+		return nil, problem(ProblemMalformed, "resourceversion "+err.Error())
+	}
 	if hasExt(ev, encoding.ExtConflated) {
 		v.stats.Conflated++
 	}
@@ -165,6 +173,12 @@ func (v *View) watchGap(pos Position, ev *event.Event, key string, problem func(
 	var g encoding.Gap
 	if err := json.Unmarshal(ev.Data(), &g); err != nil {
 		return problem(ProblemMalformed, "gap data: "+err.Error())
+	}
+	if _, err := version(g.From); err != nil {
+		return problem(ProblemMalformed, "gap from "+err.Error())
+	}
+	if _, err := version(g.To); err != nil {
+		return problem(ProblemMalformed, "gap to "+err.Error())
 	}
 	v.watchGaps[ev.ID()] = struct{}{}
 	v.stats.WatchGaps++

@@ -83,7 +83,13 @@ type WatchGap struct {
 //     removed by a tombstone alone are delivered to handlers as
 //     cache.DeletedFinalStateUnknown, as client-go does for deletes noticed
 //     by a relist;
-//   - a conflated event is applied as any other: it carries the newest state.
+//   - a conflated event is applied as any other: it carries the newest state;
+//   - a record that breaks the contract (an object event with no
+//     resourceversion or one that is not a decimal unsigned integer, a gap
+//     whose from or to is not one) is not applied, and is reported to
+//     Options.OnProblem as malformed; a snapshot.completed whose started
+//     marker the partition never brought prunes nothing and is reported
+//     as unmatched;
 //   - a watch.gap event changes nothing (the snapshot that follows it
 //     converges the view); it is reported to Options.OnWatchGap, once per
 //     gap, and counted in Stats.WatchGaps and WatchGapsTotal.
@@ -180,10 +186,17 @@ type Problem struct {
 const (
 	// ProblemStale: the event's resourceVersion is lower than the held one.
 	ProblemStale = "stale"
-	// ProblemMalformed: the event lacks what the contract says it has.
+	// ProblemMalformed: the event lacks what the contract says it has, or
+	// has it in another form: a resourceversion, or a gap's from or to,
+	// that is not a decimal unsigned integer, say. It is not applied.
 	ProblemMalformed = "malformed"
 	// ProblemUnknownType: the event's type is not one of contract version 1.
 	ProblemUnknownType = "unknown type"
+	// ProblemUnmatched: a snapshot.completed whose snapshot.started the
+	// partition never brought. It prunes nothing. It is normal when
+	// reading began inside the window (a stored position, FromEnd, a
+	// compacted topic); it is also counted in Stats.Unmatched.
+	ProblemUnmatched = "unmatched"
 	// ProblemNotHeld: a delete of a key the View does not hold. It goes to
 	// Options.OnDeleteNotHeld, not OnProblem: it is not a fault of the
 	// stream.

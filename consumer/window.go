@@ -21,27 +21,31 @@ type window struct {
 // complete closes a snapshot window and, unless the marker says the
 // snapshot is incomplete, prunes the keys of its resource in its partition
 // that had no event since the window opened.
-func (v *View) complete(pos Position, ev *event.Event, resource string) []change {
+func (v *View) complete(pos Position, ev *event.Event, resource string, problem func(reason, detail string) []Problem) ([]change, []Problem) {
 	wk := windowKey{v.interned(pos.Partition), ext(ev, encoding.ExtSnapshotID)}
 	if _, ok := v.done[wk]; ok {
 		// A replay of a window already applied: what it would prune
 		// is measured from a started marker that is older than events
 		// already applied, so it must prune nothing.
 		v.stats.Replayed++
-		return nil
+		return nil, nil
 	}
 	v.done[wk] = struct{}{}
 	w, ok := v.windows[wk]
 	if !ok {
+		// Normal when reading began inside the window (a stored
+		// position, a compacted topic), but it prunes nothing, and says
+		// so. The window counts as applied all the same: a later copy
+		// of it, started included, is a replay.
 		v.stats.Unmatched++
-		return nil
+		return nil, problem(ProblemUnmatched, "snapshot "+wk.snapshotID+" was never started in partition "+pos.Partition)
 	}
 	delete(v.windows, wk)
 	if hasExt(ev, encoding.ExtIncomplete) {
 		// Test for presence, not value: a key without an event since
 		// started may be an undelivered record, and is live.
 		v.stats.Incomplete++
-		return nil
+		return nil, nil
 	}
 	in := func(e *entry) bool {
 		return e.partition == pos.Partition && e.seq < w.start && resourceOf(e.Key) == w.resource
@@ -61,5 +65,5 @@ func (v *View) complete(pos Position, ev *event.Event, resource string) []change
 		}
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].key < cs[j].key })
-	return cs
+	return cs, nil
 }

@@ -98,6 +98,10 @@ func (v *View) problem(p consumer.Problem) {
 			return
 		}
 		v.Problems = append(v.Problems, fmt.Sprintf("%s: %s (%s)", p.Key, p.Detail, p.ID))
+	case consumer.ProblemUnmatched:
+		// Counted in Unmatched: normal at the start of a compacted topic,
+		// and no order violation.
+		return
 	case consumer.ProblemUnknownType:
 		v.Problems = append(v.Problems, fmt.Sprintf("%s: unknown event type %s", p.Key, p.Detail))
 	default:
