@@ -40,9 +40,11 @@ type rec struct {
 	Count      int    // records enqueued, for completed
 	Conflated  int    // changes this event stands for, if conflated
 	Incomplete int    // records not delivered, if the window is incomplete
-	// From and RV are a gap's range (From, RV], Reason its reason.
-	From   int
-	Reason string
+	// From and RV are a gap's range (From, RV], Reason its reason;
+	// Backwards says the versions went backwards (RV < From).
+	From      int
+	Reason    string
+	Backwards bool
 }
 
 const (
@@ -80,8 +82,12 @@ func (r rec) event() *event.Event {
 		e.SetExtension(encoding.ExtSnapshotID, r.SID)
 	}
 	if r.Type == tGap {
-		_ = e.SetData(event.ApplicationJSON, map[string]any{"group": "", "version": "v1", "resource": vectorResource,
-			"from": strconv.Itoa(r.From), "to": strconv.Itoa(r.RV), "reason": r.Reason})
+		data := map[string]any{"group": "", "version": "v1", "resource": vectorResource,
+			"from": strconv.Itoa(r.From), "to": strconv.Itoa(r.RV), "reason": r.Reason}
+		if r.Backwards {
+			data["backwards"] = true
+		}
+		_ = e.SetData(event.ApplicationJSON, data)
 		return &e
 	}
 	if r.marker() {

@@ -13,21 +13,40 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/kubewire/kubewire/consumer"
+	"github.com/kubewire/kubewire/encoding"
 )
 
 // vectorsDir holds streams of the grammar of docs/events.md and the state
 // a consumer must end with; its README.md describes the format.
 var vectorsDir = filepath.Join("..", "testdata", "consumer-vectors")
 
+// vector is a hand-picked stream and the state a consumer must end in.
+// bad, in the vectors of bad-records/, holds the records that break the
+// contract, by index: a nil func leaves the record as the stream has it
+// (a completed marker of a window never started), another one breaks it.
+type vector struct {
+	stream []rec
+	want   []heldObject
+	bad    map[int]func(*event.Event)
+}
+
+// events are the vector's CloudEvents, with its bad records broken.
+func (v vector) events() []*event.Event {
+	evs := events(v.stream)
+	for i, f := range v.bad {
+		if f != nil {
+			f(evs[i])
+		}
+	}
+	return evs
+}
+
 // handPicked are the hand-picked vectors, one per part of the grammar, so
 // that a consumer that fails one learns which rule it broke. They are
 // written to vectorsDir with KUBEWIRE_UPDATE_VECTORS=1; the files are what
 // other consumers read, so the expected states are written here by hand,
 // not taken from the View.
-func handPicked() map[string]struct {
-	stream []rec
-	want   []heldObject
-} {
+func handPicked() map[string]vector {
 	const a, b, c = "configmaps/ns/a", "configmaps/ns/b", "configmaps/ns/c"
 	add := func(k, uid string, rv int) rec { return rec{Type: tAdded, Key: k, UID: uid, RV: rv} }
 	upd := func(k, uid string, rv int) rec { return rec{Type: tUpdated, Key: k, UID: uid, RV: rv} }
@@ -42,6 +61,15 @@ func handPicked() map[string]struct {
 	gap := func(from, to int) rec {
 		return rec{Type: tGap, Key: vectorResource, From: from, RV: to, Reason: "expired"}
 	}
+	noRV := func(e *event.Event) { e.SetExtension(encoding.ExtResourceVersion, nil) }
+	rvOf := func(rv string) func(*event.Event) {
+		return func(e *event.Event) { e.SetExtension(encoding.ExtResourceVersion, rv) }
+	}
+	unreadableGap := func(e *event.Event) {
+		e.SetID(vectorResource + "/gap/abc--")
+		_ = e.SetData(event.ApplicationJSON, map[string]any{"group": "", "version": "v1", "resource": vectorResource,
+			"from": "abc", "to": "-", "reason": "expired"})
+	}
 	obj := func(k, uid, rv string) heldObject { return heldObject{Key: k, UID: uid, ResourceVersion: rv} }
 	conflated := upd(a, "uid-a1", 14)
 	conflated.Conflated = 2
@@ -50,10 +78,6 @@ func handPicked() map[string]struct {
 	history := []rec{add(a, "uid-a1", 10), add(b, "uid-b1", 11), upd(a, "uid-a1", 12), del(b, "uid-b1", 13)}
 	windows := []rec{started("s1"), syn(a, "uid-a1", 10, "s1"), completed("s1", 1),
 		started("s2"), completed("s2", 0), started("s3"), completed("s3", 0)}
-	type vector = struct {
-		stream []rec
-		want   []heldObject
-	}
 	return map[string]vector{
 		"01-clean": {
 			stream: append(slices.Clone(history), started("s1"), syn(a, "uid-a1", 12, "s1"), completed("s1", 1)),
@@ -145,6 +169,19 @@ func handPicked() map[string]struct {
 			stream: append(append([]rec{add(a, "uid-a1", 10)}, windows...), windows...),
 			want:   []heldObject{},
 		},
+		"bad-records/01-versions-that-cannot-be-read": {
+			// Records that break the contract, between good ones: an
+			// update and a delete with no resourceversion, a synced record
+			// at "xyz", a gap from "abc" to "-" (it forgets nothing: s2's
+			// older record of a stays stale), and a completed marker of a
+			// snapshot never started. None is applied; each is reported.
+			stream: []rec{add(a, "uid-a1", 10), upd(a, "uid-a1", 11), del(a, "uid-a1", 12),
+				started("s1"), syn(a, "uid-a1", 10, "s1"), completed("s1", 1), upd(a, "uid-a1", 14),
+				gap(14, 15), started("s2"), syn(a, "uid-a1", 12, "s2"), syn(b, "uid-b1", 13, "s2"), completed("s2", 2),
+				completed("s9", 0)},
+			bad:  map[int]func(*event.Event){1: noRV, 2: noRV, 7: unreadableGap, 10: rvOf("xyz"), 12: nil},
+			want: []heldObject{obj(a, "uid-a1", "14")},
+		},
 		"09-pruned-key-listed-again": {
 			// s1 completed with no record of a and no incomplete marker,
 			// so a was pruned; s2 lists it, at the same version: it is
@@ -191,11 +228,12 @@ func readVector(t *testing.T, base string) ([]*event.Event, []heldObject) {
 }
 
 // unknownToTheView applies evs to a fresh View and returns the events it
-// took for unknown or malformed.
+// took for unknown or malformed, and the completed markers it found
+// unmatched.
 func unknownToTheView(evs []*event.Event) []consumer.Problem {
 	var out []consumer.Problem
 	v := consumer.NewView(consumer.Options{OnProblem: func(p consumer.Problem) {
-		if p.Reason == consumer.ProblemUnknownType || p.Reason == consumer.ProblemMalformed {
+		if p.Reason == consumer.ProblemUnknownType || p.Reason == consumer.ProblemMalformed || p.Reason == consumer.ProblemUnmatched {
 			out = append(out, p)
 		}
 	}})
@@ -208,13 +246,13 @@ func unknownToTheView(evs []*event.Event) []consumer.Problem {
 func TestEveryConsumerVectorEndsInItsExpectedState(t *testing.T) {
 	if os.Getenv("KUBEWIRE_UPDATE_VECTORS") != "" {
 		for name, v := range handPicked() {
-			if err := writeVector(filepath.Join(vectorsDir, name), events(v.stream), v.want); err != nil {
+			if err := writeVector(filepath.Join(vectorsDir, name), v.events(), v.want); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	var files []string
-	for _, glob := range []string{"*.jsonl", "regressions/*.jsonl", "known-limitations/*.jsonl"} {
+	for _, glob := range []string{"*.jsonl", "regressions/*.jsonl", "known-limitations/*.jsonl", "bad-records/*.jsonl"} {
 		m, err := filepath.Glob(filepath.Join(vectorsDir, glob))
 		if err != nil {
 			t.Fatal(err)
@@ -230,9 +268,21 @@ func TestEveryConsumerVectorEndsInItsExpectedState(t *testing.T) {
 		name, _ := filepath.Rel(vectorsDir, base)
 		t.Run(name, func(t *testing.T) {
 			evs, want := readVector(t, base)
-			// Every event of a vector is of the contract: the View must
-			// know each one, whatever the state it ends in.
-			for _, p := range unknownToTheView(evs) {
+			// Every event of a vector is of the contract, and the View
+			// must know each one, whatever the state it ends in; but for
+			// those of bad-records/, whose bad records it must report.
+			reported := unknownToTheView(evs)
+			if strings.HasPrefix(name, "bad-records"+string(filepath.Separator)) {
+				v, ok := handPicked()[filepath.ToSlash(name)]
+				switch {
+				case ok && len(reported) != len(v.bad):
+					t.Errorf("the View reported %d bad records, want %d: %+v", len(reported), len(v.bad), reported)
+				case len(reported) == 0:
+					t.Errorf("the View reported no bad record")
+				}
+				reported = nil
+			}
+			for _, p := range reported {
 				t.Errorf("the View does not know event %s at offset %d: %s: %s", p.ID, p.Position.Offset, p.Reason, p.Detail)
 			}
 			got := viewOf(evs)

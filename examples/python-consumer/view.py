@@ -17,7 +17,11 @@ stream) in the order they were read, with apply() and tombstone():
   marker, a replay of its markers and synced records is skipped;
 - a synced record of a snapshot that started after a key was pruned brings
   the key back, even at the version it was pruned at;
-- a conflated event is applied as any other: it carries the newest state.
+- a conflated event is applied as any other: it carries the newest state;
+- a record that breaks the contract (no resourceversion, or one that is
+  not a decimal unsigned integer; a gap whose from or to is not one) is not
+  applied, and apply() says why; so is a snapshot.completed whose started
+  was never read, which prunes nothing.
 
 testdata/consumer-vectors holds streams and the state they must end in;
 `consume.py --file <vector>.jsonl --state` prints this View's state.
@@ -34,11 +38,18 @@ GAP = PREFIX + "watch.gap"
 TYPES = {ADDED, UPDATED, DELETED, SYNCED, STARTED, COMPLETED, GAP}
 
 
+def version(s):
+    """A version as the contract has it, a decimal unsigned integer
+    (etcd's revision), or None for anything else."""
+    if isinstance(s, str) and 0 < len(s) <= 20 and all("0" <= c <= "9" for c in s) and int(s) < 1 << 64:
+        return int(s)
+    return None
+
+
 def older(a, b):
-    """Whether resourceVersion a is lower than b. They are decimal numbers
-    on etcd-backed API servers; others are not compared (broker order
-    decides)."""
-    return a.isdecimal() and b.isdecimal() and int(a) < int(b)
+    """Whether resourceVersion a is lower than b."""
+    x, y = version(a), version(b)
+    return x is not None and y is not None and x < y
 
 
 @dataclass
@@ -77,27 +88,30 @@ class View:
 
     def apply(self, partition, event):
         """Applies one kubewire CloudEvent read from partition. Returns
-        False if it is not one the rule knows (no partition key, another
-        type), True otherwise, applied or dropped by the rule."""
+        None when the rule handled it (applied or dropped), or why it is
+        not a record of the contract, which is not applied."""
         ext = event.get_extension
         key, typ = ext("partitionkey"), event.get_type()
-        if not key or typ not in TYPES:
-            return False
+        if not key:
+            return "no partitionkey"
+        if typ not in TYPES:
+            return f"type {typ!r} is not one of kubewire's contract version 1"
         self.seq += 1
         if typ == GAP:
-            return True
+            return self._gap(event.get_data())
         window = (partition, ext("snapshotid"))
         if typ == STARTED:
             # Skip a replayed window, and keep the first copy's start of an
             # open one: a later start would count fewer keys as seen.
             if window not in self.done and window not in self.windows:
                 self.windows[window] = (key, self.seq)
-            return True
+            return None
         if typ == COMPLETED:
-            self._complete(partition, window, ext("incomplete") is not None)
-            return True
+            return self._complete(partition, window, ext("incomplete") is not None)
 
         uid, rv = ext("uid") or "", ext("resourceversion") or ""
+        if version(rv) is None:
+            return f"resourceversion {rv!r} is not a decimal unsigned integer" if rv else "no resourceversion"
         # Any event, even one dropped below, counts as an event of its key.
         held, gone = self.objects.get(key), self.gone.get(key)
         if held is not None:
@@ -107,36 +121,46 @@ class View:
         window_start = 0
         if typ == SYNCED:
             if window in self.done:
-                return True  # a record of a window already applied
+                return None  # a record of a window already applied
             window_start = self.windows.get(window, (None, 0))[1]
 
         if typ == DELETED:
             if held is None:
                 if gone is not None and (gone.uid == uid and gone.rv == rv or older(rv, gone.rv)):
-                    return True  # a copy, or the late delete of an earlier object
+                    return None  # a copy, or the late delete of an earlier object
                 # A delete of a key not held: remember it, so that a late
                 # copy of an older event does not bring the key back.
                 self.gone[key] = Entry(key, uid, rv, partition, self.seq)
                 self.pruned.pop(key, None)
-                return True
+                return None
             if held.uid != uid and older(rv, held.rv):
-                return True  # a late delete of an earlier object under this key
+                return None  # a late delete of an earlier object under this key
             self._remove(held)
             self.gone[key] = Entry(key, uid, rv, partition, self.seq)
-            return True
+            return None
 
         reference = ext("payload") == "reference"
         restore = held is None and key in self.pruned and window_start > self.pruned[key]
         if held is not None and held.uid == uid and held.rv == rv and (reference or not held.reference):
-            return True  # a duplicate
+            return None  # a duplicate
         if held is not None and older(rv, held.rv):
-            return True  # stale
+            return None  # stale
         if held is None and gone is not None and not restore and (gone.uid == uid and gone.rv == rv or older(rv, gone.rv)):
-            return True  # a late copy of an event before the delete
+            return None  # a late copy of an event before the delete
         self.objects[key] = Entry(key, uid, rv, partition, self.seq, typ, reference, event.get_data())
         self.gone.pop(key, None)
         self.pruned.pop(key, None)
-        return True
+        return None
+
+    def _gap(self, data):
+        """A watch.gap: it changes nothing, but one that cannot be read is
+        no gap."""
+        if not isinstance(data, dict):
+            return "gap data is not a JSON object"
+        for end in ("from", "to"):
+            if version(data.get(end)) is None:
+                return f"gap {end} {data.get(end)!r} is not a decimal unsigned integer"
+        return None
 
     def _remove(self, held):
         del self.objects[held.key]
@@ -145,13 +169,15 @@ class View:
 
     def _complete(self, partition, window, incomplete):
         if window in self.done:
-            return  # a replay: measured from an old started, it must prune nothing
+            return None  # a replay: measured from an old started, it must prune nothing
         self.done.add(window)
         if window not in self.windows:
-            return  # its started was never seen (a topic that starts later)
+            # Its started was never read (reading began inside the window):
+            # it prunes nothing, and says so.
+            return f"snapshot {window[1]!r} was never started in this partition"
         resource, start = self.windows.pop(window)
         if incomplete:
-            return  # a key with no event may be an undelivered record: prune nothing
+            return None  # a key with no event may be an undelivered record: prune nothing
 
         def passed(e):
             return e.partition == partition and e.seq < start and e.key.split("/", 1)[0] == resource

@@ -80,7 +80,7 @@ func stateOf(evs []*event.Event, objects func(resource string) map[string]verify
 func TestKubewireVerifyEndsEveryConsumerVectorInItsExpectedState(t *testing.T) {
 	dir := filepath.Join("..", "..", "..", "testdata", "consumer-vectors")
 	var bases []string
-	for _, sub := range []string{"", "regressions", "known-limitations"} {
+	for _, sub := range []string{"", "regressions", "known-limitations", "bad-records"} {
 		files, err := filepath.Glob(filepath.Join(dir, sub, "*.jsonl"))
 		if err != nil {
 			t.Fatal(err)
