@@ -166,6 +166,10 @@ type Stats struct {
 	// Replayed counts snapshot markers and synced records skipped because
 	// their snapshot window had already been applied in that partition.
 	Replayed int64
+	// Reread counts records read again at a position of their partition
+	// the View had already applied (a redelivery by the broker, a restart
+	// from a position older than the View's): they are skipped whole.
+	Reread int64
 	// DeletesNotHeld counts deletes of keys the View did not hold (see
 	// Options.OnDeleteNotHeld); Restored the keys a snapshot pruned that a
 	// newer snapshot's synced record brought back.
@@ -258,6 +262,10 @@ func (v *View) Apply(pos Position, ev *event.Event) {
 	defer v.applyMu.Unlock()
 	v.tap(Read{Kind: ReadEvent, Position: pos, Event: ev, Key: ext(ev, encoding.ExtPartitionKey)})
 	v.mu.Lock()
+	if v.reread(pos) {
+		v.mu.Unlock()
+		return
+	}
 	cs, ps := v.apply(pos, ev)
 	v.advance(pos)
 	gaps := v.newGaps
@@ -279,6 +287,10 @@ func (v *View) Tombstone(pos Position, key string) {
 	defer v.applyMu.Unlock()
 	v.tap(Read{Kind: ReadTombstone, Position: pos, Key: key})
 	v.mu.Lock()
+	if v.reread(pos) {
+		v.mu.Unlock()
+		return
+	}
 	var cs []change
 	if v.opt.Resource == "" || resourceOf(key) == v.opt.Resource {
 		v.seq++
@@ -306,6 +318,19 @@ func (v *View) Gap(partition string, resume int64) {
 	v.pos[v.interned(partition)] = resume
 	v.mu.Unlock()
 	v.deliver([]change{{pos: Position{Partition: partition, Offset: resume}, kind: watch.Error}}, nil)
+}
+
+// reread reports whether pos was applied already, and counts it: what it
+// did is in the View, and everything after it too. Applying it again
+// would measure a snapshot window from a replayed started marker, or bring
+// back, as the newest of its key, an event from before a watch.gap.
+func (v *View) reread(pos Position) bool {
+	next, ok := v.pos[pos.Partition]
+	if ok && pos.Offset < next {
+		v.stats.Reread++
+		return true
+	}
+	return false
 }
 
 // advance records that everything up to pos was read.
