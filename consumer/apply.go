@@ -84,6 +84,18 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		sw = v.windows[wk]
 	}
 
+	// After a watch.gap of its scope the View forgot the key's version
+	// (see forget): the next change, or a record of a snapshot opened
+	// after the gap, is not compared with it.
+	var forgot bool
+	switch {
+	case held != nil:
+		forgot = held.forgot != 0 && (ev.Type() != encoding.TypeSynced || sw.start > held.forgot)
+	case wasGone:
+		forgot = gone.forgot != 0 && (ev.Type() != encoding.TypeSynced || sw.start > gone.forgot)
+	}
+	older := func(than string) bool { return !forgot && olderRV(rv, than) }
+
 	if ev.Type() == encoding.TypeDeleted {
 		fsu := hasExt(ev, encoding.ExtFinalStateUnknown)
 		if fsu {
@@ -93,7 +105,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		case held == nil && wasGone && gone.UID == uid && gone.ResourceVersion == rv:
 			v.stats.Duplicates++
 			return nil, nil
-		case held == nil && wasGone && olderRV(rv, gone.ResourceVersion):
+		case held == nil && wasGone && older(gone.ResourceVersion):
 			// A late copy of the delete of an earlier object under this
 			// key: recording it would lower the version the key was
 			// removed at, and let a late copy of a newer event bring
@@ -105,11 +117,12 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 			if wasGone {
 				detail = "uid " + gone.UID + " at " + gone.ResourceVersion + " was removed from this key"
 			}
-			v.gone[key] = entry{Object: Object{Key: key, UID: uid, ResourceVersion: rv}, partition: v.interned(pos.Partition), seq: v.seq}
+			v.gone[key] = entry{Object: Object{Key: key, Namespace: v.interned(ext(ev, encoding.ExtNamespace)), UID: uid, ResourceVersion: rv},
+				partition: v.interned(pos.Partition), seq: v.seq}
 			delete(v.pruned, key)
 			v.stats.DeletesNotHeld++
 			return nil, v.notHeld(Problem{Position: pos, Key: key, ID: ev.ID(), Reason: ProblemNotHeld, Detail: detail})
-		case held.UID != uid && olderRV(rv, held.ResourceVersion):
+		case held.UID != uid && older(held.ResourceVersion):
 			// A late delete of an earlier object under this key.
 			v.stats.Stale++
 			return nil, problem(ProblemStale, "delete at "+rv+" of uid "+uid+", view holds uid "+held.UID+" at "+held.ResourceVersion)
@@ -119,7 +132,7 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 			final = &Object{Key: key, Namespace: held.Namespace, Name: held.Name, UID: uid, ResourceVersion: rv, JSON: j, Reference: ref}
 		}
 		c := v.remove(pos, held, final, fsu)
-		v.gone[key] = entry{Object: Object{Key: key, UID: uid, ResourceVersion: rv}, partition: v.interned(pos.Partition), seq: v.seq}
+		v.gone[key] = entry{Object: Object{Key: key, Namespace: held.Namespace, UID: uid, ResourceVersion: rv}, partition: v.interned(pos.Partition), seq: v.seq}
 		return []change{c}, nil
 	}
 
@@ -132,10 +145,10 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 			v.stats.Duplicates++
 		}
 		return nil, nil
-	case held != nil && olderRV(rv, held.ResourceVersion):
+	case held != nil && older(held.ResourceVersion):
 		v.stats.Stale++
 		return nil, problem(ProblemStale, "resourceVersion "+rv+" after "+held.ResourceVersion)
-	case held == nil && wasGone && !restore && (gone.UID == uid && gone.ResourceVersion == rv || olderRV(rv, gone.ResourceVersion)):
+	case held == nil && wasGone && !restore && !forgot && (gone.UID == uid && gone.ResourceVersion == rv || olderRV(rv, gone.ResourceVersion)):
 		v.stats.Stale++
 		return nil, problem(ProblemStale, "resourceVersion "+rv+" after a delete at "+gone.ResourceVersion)
 	}
@@ -167,9 +180,6 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 // watchGap notes a watch.gap event. It changes no object: the snapshot that
 // follows it does.
 func (v *View) watchGap(pos Position, ev *event.Event, key string, problem func(reason, detail string) []Problem) []Problem {
-	if _, ok := v.watchGaps[ev.ID()]; ok {
-		return nil
-	}
 	var g encoding.Gap
 	if err := json.Unmarshal(ev.Data(), &g); err != nil {
 		return problem(ProblemMalformed, "gap data: "+err.Error())
@@ -180,11 +190,41 @@ func (v *View) watchGap(pos Position, ev *event.Event, key string, problem func(
 	if _, err := version(g.To); err != nil {
 		return problem(ProblemMalformed, "gap to "+err.Error())
 	}
+	// Every copy forgets, its repeats too: each partition forgets the
+	// keys it carries, at its own copy.
+	v.forget(pos.Partition, key, g.Namespace)
+	if _, ok := v.watchGaps[ev.ID()]; ok {
+		return nil
+	}
 	v.watchGaps[ev.ID()] = struct{}{}
 	v.stats.WatchGaps++
 	WatchGapsTotal.WithLabelValues(key, g.Reason).Inc()
 	v.newGaps = append(v.newGaps, WatchGap{Position: pos, ID: ev.ID(), Key: key, Gap: g})
 	return nil
+}
+
+// forget makes the View forget the versions it remembers of the keys of
+// resource (in namespace, if the gap names one) whose events arrive in
+// partition, at that partition's copy of a watch.gap: after an etcd
+// restore, of either style, objects come back at versions older than
+// those held, and the snapshot after the gap gives the current state.
+// What each key holds, and the event that set it, stay: a copy of that
+// event is still a duplicate.
+func (v *View) forget(partition, resource, namespace string) {
+	in := func(e *entry) bool {
+		return e.partition == partition && resourceOf(e.Key) == resource && (namespace == "" || e.Namespace == namespace)
+	}
+	for _, e := range v.objects {
+		if in(e) {
+			e.forgot = v.seq
+		}
+	}
+	for k, g := range v.gone {
+		if in(&g) {
+			g.forgot = v.seq
+			v.gone[k] = g
+		}
+	}
 }
 
 // notHeld returns p for deliver, which passes it to OnDeleteNotHeld.
@@ -219,7 +259,8 @@ func (v *View) remove(pos Position, held *entry, final *Object, finalStateUnknow
 	delete(v.objects, held.Key)
 	delete(v.pruned, held.Key)
 	v.unindex(held)
-	v.gone[held.Key] = entry{Object: Object{Key: held.Key, UID: held.UID, ResourceVersion: held.ResourceVersion}, partition: held.partition, seq: v.seq}
+	v.gone[held.Key] = entry{Object: Object{Key: held.Key, Namespace: held.Namespace, UID: held.UID, ResourceVersion: held.ResourceVersion},
+		partition: held.partition, seq: v.seq, forgot: held.forgot}
 	v.stats.Applied++
 	if final == nil {
 		final = &held.Object

@@ -72,6 +72,12 @@ type entry struct {
 	// typ is the type of the event that set the object, to tell a
 	// duplicate from another event of the same version.
 	typ string
+	// forgot is the seq of the watch.gap (its copy in partition) that made
+	// the View forget the key's version, 0 if none did since an event set
+	// the entry: the key's next change, or its record of a snapshot whose
+	// window opened after the gap, is taken whatever its version, since
+	// after an etcd restore objects come back older.
+	forgot uint64
 }
 
 // objectJSON finds the object in an event's data, whatever the payload mode,

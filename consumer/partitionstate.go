@@ -210,11 +210,17 @@ func (v *View) adopt(partition string, state []byte) error {
 	for _, e := range in.objects {
 		if e.partition == partition {
 			seqs = append(seqs, e.seq)
+			if e.forgot != 0 {
+				seqs = append(seqs, e.forgot)
+			}
 		}
 	}
 	for k, e := range in.gone {
 		if e.partition == partition {
 			seqs = append(seqs, e.seq)
+			if e.forgot != 0 {
+				seqs = append(seqs, e.forgot)
+			}
 			if s, ok := in.pruned[k]; ok {
 				seqs = append(seqs, s)
 			}
@@ -228,6 +234,9 @@ func (v *View) adopt(partition string, state []byte) error {
 	slices.Sort(seqs)
 	seqs = slices.Compact(seqs)
 	renumber := func(s uint64) uint64 {
+		if s == 0 {
+			return 0 // forgot: none
+		}
 		i, _ := slices.BinarySearch(seqs, s)
 		return base + uint64(i) + 1
 	}
@@ -238,7 +247,7 @@ func (v *View) adopt(partition string, state []byte) error {
 			continue
 		}
 		e.partition = v.interned(e.partition)
-		e.seq = renumber(e.seq)
+		e.seq, e.forgot = renumber(e.seq), renumber(e.forgot)
 		v.objects[k] = e
 		v.index(e)
 		delete(v.gone, k)
@@ -253,7 +262,7 @@ func (v *View) adopt(partition string, state []byte) error {
 			continue
 		}
 		e.partition = v.interned(e.partition)
-		e.seq = renumber(e.seq)
+		e.seq, e.forgot = renumber(e.seq), renumber(e.forgot)
 		v.gone[k] = e
 		if s, ok := in.pruned[k]; ok {
 			v.pruned[k] = renumber(s)

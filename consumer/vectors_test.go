@@ -61,6 +61,9 @@ func handPicked() map[string]vector {
 	gap := func(from, to int) rec {
 		return rec{Type: tGap, Key: vectorResource, From: from, RV: to, Reason: "expired"}
 	}
+	backwards := func(from, to int) rec {
+		return rec{Type: tGap, Key: vectorResource, From: from, RV: to, Reason: "too-large", Backwards: true}
+	}
 	noRV := func(e *event.Event) { e.SetExtension(encoding.ExtResourceVersion, nil) }
 	rvOf := func(rv string) func(*event.Event) {
 		return func(e *event.Event) { e.SetExtension(encoding.ExtResourceVersion, rv) }
@@ -76,6 +79,10 @@ func handPicked() map[string]vector {
 	incomplete := completed("s1", 2)
 	incomplete.Incomplete = 1
 	history := []rec{add(a, "uid-a1", 10), add(b, "uid-b1", 11), upd(a, "uid-a1", 12), del(b, "uid-b1", 13)}
+	// beforeRestore is a history whose versions an etcd restore takes
+	// back: the backup holds a at 850 and c at 840, not b.
+	beforeRestore := []rec{add(a, "uid-a1", 999), upd(a, "uid-a1", 1000), add(b, "uid-b1", 1001), add(c, "uid-c1", 1002), del(c, "uid-c1", 1003)}
+	restoredSnapshot := []rec{started("s1"), syn(a, "uid-a1", 850, "s1"), syn(c, "uid-c1", 840, "s1"), completed("s1", 2)}
 	windows := []rec{started("s1"), syn(a, "uid-a1", 10, "s1"), completed("s1", 1),
 		started("s2"), completed("s2", 0), started("s3"), completed("s3", 0)}
 	return map[string]vector{
@@ -168,6 +175,18 @@ func handPicked() map[string]vector {
 			// (the replayed s2 and s3 are skipped too).
 			stream: append(append([]rec{add(a, "uid-a1", 10)}, windows...), windows...),
 			want:   []heldObject{},
+		},
+		"12-versions-went-backwards": {
+			// etcd was restored from a backup: kubewire's gap says the
+			// versions went backwards (to < from), and the snapshot after
+			// it lists a and c at the backup's versions, older than those
+			// held; a retry's copy of a's last event before the gap comes
+			// between. The consumer forgets the versions it remembered,
+			// takes the snapshot (c comes back, b is pruned) and the
+			// changes after it.
+			stream: append(append(append(slices.Clone(beforeRestore), backwards(1003, 860), backwards(1003, 860), upd(a, "uid-a1", 1000)),
+				restoredSnapshot...), upd(a, "uid-a1", 870), add(b, "uid-b2", 871)),
+			want: []heldObject{obj(a, "uid-a1", "870"), obj(b, "uid-b2", "871"), obj(c, "uid-c1", "840")},
 		},
 		"bad-records/01-versions-that-cannot-be-read": {
 			// Records that break the contract, between good ones: an

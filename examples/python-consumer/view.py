@@ -18,6 +18,11 @@ stream) in the order they were read, with apply() and tombstone():
 - a synced record of a snapshot that started after a key was pruned brings
   the key back, even at the version it was pruned at;
 - a conflated event is applied as any other: it carries the newest state;
+- a watch.gap changes no object, but at each partition's copy of it the
+  versions of the keys of its scope that the partition carries are
+  forgotten: their next change, or record of a snapshot that started after
+  the gap, is applied whatever its version (after an etcd restore objects
+  come back older), and a copy of the event that set them is still dropped;
 - a record that breaks the contract (no resourceversion, or one that is
   not a decimal unsigned integer; a gap whose from or to is not one) is not
   applied, and apply() says why; so is a snapshot.completed whose started
@@ -33,7 +38,8 @@ PREFIX = "io.kubewire."
 ADDED, UPDATED, DELETED, SYNCED = (PREFIX + "object." + t for t in ("added", "updated", "deleted", "synced"))
 STARTED, COMPLETED = PREFIX + "snapshot.started", PREFIX + "snapshot.completed"
 # A gap says versions in a range may be missing; the snapshot that follows
-# repairs the state, so the rule changes nothing for it (an audit records it).
+# repairs the state (an audit records it). The versions of its scope are
+# forgotten: objects may come back older.
 GAP = PREFIX + "watch.gap"
 TYPES = {ADDED, UPDATED, DELETED, SYNCED, STARTED, COMPLETED, GAP}
 
@@ -64,6 +70,8 @@ class Entry:
     type: str = ""
     reference: bool = False
     data: object = None
+    namespace: str = ""
+    forgot: int = 0  # seq of the gap that made the View forget the version; 0 once an event set it
 
 
 class View:
@@ -98,7 +106,7 @@ class View:
             return f"type {typ!r} is not one of kubewire's contract version 1"
         self.seq += 1
         if typ == GAP:
-            return self._gap(event.get_data())
+            return self._gap(partition, key, event.get_data())
         window = (partition, ext("snapshotid"))
         if typ == STARTED:
             # Skip a replayed window, and keep the first copy's start of an
@@ -124,48 +132,61 @@ class View:
                 return None  # a record of a window already applied
             window_start = self.windows.get(window, (None, 0))[1]
 
+        # After a gap the version remembered is forgotten, for a change or a
+        # record of a snapshot that started after the gap.
+        last = held if held is not None else gone
+        forgot = last is not None and last.forgot > 0 and (typ != SYNCED or window_start > last.forgot)
+
+        def older_than(b):
+            return not forgot and older(rv, b)
+
         if typ == DELETED:
             if held is None:
-                if gone is not None and (gone.uid == uid and gone.rv == rv or older(rv, gone.rv)):
+                if gone is not None and (gone.uid == uid and gone.rv == rv or older_than(gone.rv)):
                     return None  # a copy, or the late delete of an earlier object
                 # A delete of a key not held: remember it, so that a late
                 # copy of an older event does not bring the key back.
-                self.gone[key] = Entry(key, uid, rv, partition, self.seq)
+                self.gone[key] = Entry(key, uid, rv, partition, self.seq, namespace=ext("namespace") or "")
                 self.pruned.pop(key, None)
                 return None
-            if held.uid != uid and older(rv, held.rv):
+            if held.uid != uid and older_than(held.rv):
                 return None  # a late delete of an earlier object under this key
             self._remove(held)
-            self.gone[key] = Entry(key, uid, rv, partition, self.seq)
+            self.gone[key] = Entry(key, uid, rv, partition, self.seq, namespace=held.namespace)
             return None
 
         reference = ext("payload") == "reference"
         restore = held is None and key in self.pruned and window_start > self.pruned[key]
         if held is not None and held.uid == uid and held.rv == rv and (reference or not held.reference):
             return None  # a duplicate
-        if held is not None and older(rv, held.rv):
+        if held is not None and older_than(held.rv):
             return None  # stale
-        if held is None and gone is not None and not restore and (gone.uid == uid and gone.rv == rv or older(rv, gone.rv)):
+        if held is None and gone is not None and not restore and not forgot and (gone.uid == uid and gone.rv == rv or older(rv, gone.rv)):
             return None  # a late copy of an event before the delete
-        self.objects[key] = Entry(key, uid, rv, partition, self.seq, typ, reference, event.get_data())
+        self.objects[key] = Entry(key, uid, rv, partition, self.seq, typ, reference, event.get_data(), ext("namespace") or "")
         self.gone.pop(key, None)
         self.pruned.pop(key, None)
         return None
 
-    def _gap(self, data):
-        """A watch.gap: it changes nothing, but one that cannot be read is
-        no gap."""
+    def _gap(self, partition, resource, data):
+        """A watch.gap read from partition: forgets the versions of the keys
+        of its scope that partition carries."""
         if not isinstance(data, dict):
             return "gap data is not a JSON object"
         for end in ("from", "to"):
             if version(data.get(end)) is None:
                 return f"gap {end} {data.get(end)!r} is not a decimal unsigned integer"
+        namespace = data.get("namespace") or ""
+        for e in [*self.objects.values(), *self.gone.values()]:
+            if e.partition == partition and e.key.split("/", 1)[0] == resource and namespace in ("", e.namespace):
+                e.forgot = self.seq
         return None
 
     def _remove(self, held):
         del self.objects[held.key]
         self.pruned.pop(held.key, None)
-        self.gone[held.key] = Entry(held.key, held.uid, held.rv, held.partition, self.seq)
+        self.gone[held.key] = Entry(held.key, held.uid, held.rv, held.partition, self.seq,
+                                    namespace=held.namespace, forgot=held.forgot)
 
     def _complete(self, partition, window, incomplete):
         if window in self.done:
