@@ -123,7 +123,9 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 			v.stats.DeletesNotHeld++
 			return nil, v.notHeld(Problem{Position: pos, Key: key, ID: ev.ID(), Reason: ProblemNotHeld, Detail: detail})
 		case held.UID != uid && older(held.ResourceVersion):
-			// A late delete of an earlier object under this key.
+			// A late delete of an earlier object under this key; the
+			// tombstone written after it in its partition is as late.
+			held.skipTomb = v.interned(pos.Partition)
 			v.stats.Stale++
 			return nil, problem(ProblemStale, "delete at "+rv+" of uid "+uid+", view holds uid "+held.UID+" at "+held.ResourceVersion)
 		}

@@ -78,6 +78,11 @@ type entry struct {
 	// window opened after the gap, is taken whatever its version, since
 	// after an etcd restore objects come back older.
 	forgot uint64
+	// skipTomb, on an object held, names the partition whose next Kafka
+	// tombstone of the key follows a delete the View did not apply (a
+	// copy, or a late delete of an earlier object): that tombstone is not
+	// applied either.
+	skipTomb string
 }
 
 // objectJSON finds the object in an event's data, whatever the payload mode,

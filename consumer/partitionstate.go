@@ -191,7 +191,8 @@ func (v *View) partitionState(partition string) ([]byte, int64, error) {
 // one, before a restart) saved: its objects, what the rule remembers of its
 // keys and windows, and its position. The objects come to the handlers as
 // adds with isInInitialList true, as a loaded state's do. A key the View
-// already holds from another partition (the topic grew) keeps what it holds.
+// already knows from another partition (the topic grew) keeps the newer of
+// the two, counting a delete as a version.
 func (v *View) adopt(partition string, state []byte) error {
 	in := NewView(v.opt)
 	if err := in.loadLocked(bytes.NewReader(state)); err != nil {
@@ -242,28 +243,51 @@ func (v *View) adopt(partition string, state []byte) error {
 	}
 	var cs []change
 	pos, hasPos := in.pos[partition]
+	at := Position{Partition: partition, Offset: pos}
+	// A key the View already knows from another partition (the topic
+	// grew, and the key's events moved) keeps the newer of the two, a
+	// delete counting as a version: neither partition's copy is newer for
+	// being adopted, nor older for being held. On a tie the View's stays.
+	newer := func(k, rv string) bool {
+		if h := v.objects[k]; h != nil {
+			return olderRV(h.ResourceVersion, rv)
+		}
+		if g, ok := v.gone[k]; ok {
+			return olderRV(g.ResourceVersion, rv)
+		}
+		return true
+	}
 	for k, e := range in.objects {
-		if _, held := v.objects[k]; held || e.partition != partition {
+		if e.partition != partition || !newer(k, e.ResourceVersion) {
 			continue
 		}
 		e.partition = v.interned(e.partition)
 		e.seq, e.forgot = renumber(e.seq), renumber(e.forgot)
+		old := v.objects[k]
+		if old != nil {
+			v.unindex(old)
+		}
 		v.objects[k] = e
 		v.index(e)
 		delete(v.gone, k)
 		delete(v.pruned, k)
-		cs = append(cs, change{pos: Position{Partition: partition, Offset: pos}, kind: watch.Added, key: k, obj: &e.Object, listed: true})
-	}
-	for k, e := range in.gone {
-		if _, held := v.objects[k]; held || e.partition != partition {
+		if old != nil {
+			cs = append(cs, change{pos: at, kind: watch.Modified, key: k, old: &old.Object, obj: &e.Object})
 			continue
 		}
-		if _, gone := v.gone[k]; gone {
+		cs = append(cs, change{pos: at, kind: watch.Added, key: k, obj: &e.Object, listed: true})
+	}
+	for k, e := range in.gone {
+		if e.partition != partition || !newer(k, e.ResourceVersion) {
 			continue
+		}
+		if old := v.objects[k]; old != nil {
+			cs = append(cs, v.remove(at, old, nil, true))
 		}
 		e.partition = v.interned(e.partition)
 		e.seq, e.forgot = renumber(e.seq), renumber(e.forgot)
 		v.gone[k] = e
+		delete(v.pruned, k)
 		if s, ok := in.pruned[k]; ok {
 			v.pruned[k] = renumber(s)
 		}

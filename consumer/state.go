@@ -44,6 +44,9 @@ type stateRecord struct {
 	// Forgot is an entry's: the seq of the watch.gap that made the View
 	// forget the key's version.
 	Forgot uint64 `json:"forgot,omitempty"`
+	// SkipTomb is an object's: the partition whose next tombstone of the
+	// key is not applied.
+	SkipTomb string `json:"skiptomb,omitempty"`
 }
 
 // SaveState writes everything the View holds and knows, with its position,
@@ -96,7 +99,7 @@ func (v *View) saveLocked(w io.Writer, only string) error {
 	entryRecord := func(kind string, e *entry) stateRecord {
 		return stateRecord{
 			Kind: kind, Key: e.Key, Namespace: e.Namespace, Name: e.Name, UID: e.UID, RV: e.ResourceVersion,
-			Reference: e.Reference, Type: e.typ, Partition: e.partition, Seq: e.seq, Object: e.JSON, Forgot: e.forgot,
+			Reference: e.Reference, Type: e.typ, Partition: e.partition, Seq: e.seq, Object: e.JSON, Forgot: e.forgot, SkipTomb: e.skipTomb,
 		}
 	}
 	// Sorted, so that one state always gives the same bytes.
@@ -207,7 +210,7 @@ func (v *View) loadLocked(r io.Reader) error {
 		}
 		e := entry{
 			Object:    Object{Key: rec.Key, Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, ResourceVersion: rec.RV, JSON: fitted(rec.Object), Reference: rec.Reference},
-			partition: v.interned(rec.Partition), seq: rec.Seq, typ: rec.Type, forgot: rec.Forgot,
+			partition: v.interned(rec.Partition), seq: rec.Seq, typ: rec.Type, forgot: rec.Forgot, skipTomb: v.interned(rec.SkipTomb),
 		}
 		wk := windowKey{partition: v.interned(rec.Partition), snapshotID: rec.Snapshot}
 		switch rec.Kind {

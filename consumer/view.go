@@ -37,8 +37,9 @@ type Options struct {
 	// OnWatchGap, if set, is called for every watch.gap event kubewire sent
 	// (once per gap: its copies in other partitions and its repeats are
 	// skipped), after the event was handled. The gap says that changes in
-	// its range may never have been sent; the View's state is not changed
-	// by it, and the snapshot that follows it converges the View. An
+	// its range may never have been sent; the View's objects are not
+	// changed by it (it forgets versions, see View), and the snapshot that
+	// follows it converges the View. An
 	// audit consumer records the range as possibly lost. It must not call
 	// the View.
 	OnWatchGap func(WatchGap)
@@ -66,8 +67,16 @@ type WatchGap struct {
 //     event with the uid, resourceVersion and type of the object held;
 //   - an event never replaces an object of a higher resourceVersion, nor
 //     brings back a deleted one at the version it was deleted at or lower;
-//   - added, updated and synced put the object at its key; deleted and a
-//     Kafka tombstone remove the key;
+//   - a record read again at a position of its partition already applied
+//     is skipped whole, and counted in Stats.Reread;
+//   - added, updated and synced put the object at its key; deleted
+//     removes it; a Kafka tombstone removes it only when the object was
+//     set by an event of the tombstone's partition, and not after a delete
+//     the View did not apply (after the topic grew, an object of another
+//     partition came after the delete the tombstone follows);
+//   - a partition handed over by a consumer group keeps, for each key the
+//     View already knows from another partition, the newer version, a
+//     delete counting as one;
 //   - snapshot.completed removes every key of its resource in its partition
 //     that had no event since the matching snapshot.started, unless the
 //     marker carries the incomplete extension;
@@ -76,7 +85,9 @@ type WatchGap struct {
 //     records) is skipped, so that a restart that delivers it again neither
 //     prunes nor brings back what later events changed;
 //   - a synced record of a snapshot that started after a key was pruned
-//     brings the key back, even at the version it was pruned at;
+//     brings the key back, even at the version it was pruned at, and so
+//     does one, at that version or above, from another partition than the
+//     one whose snapshot pruned it;
 //   - a delete of a key the View does not hold changes nothing and is
 //     reported to Options.OnDeleteNotHeld and counted in Stats.DeletesNotHeld;
 //   - a delete marked finalstateunknown, a key pruned by a snapshot and one
@@ -90,9 +101,12 @@ type WatchGap struct {
 //     Options.OnProblem as malformed; a snapshot.completed whose started
 //     marker the partition never brought prunes nothing and is reported
 //     as unmatched;
-//   - a watch.gap event changes nothing (the snapshot that follows it
+//   - a watch.gap event changes no object (the snapshot that follows it
 //     converges the view); it is reported to Options.OnWatchGap, once per
-//     gap, and counted in Stats.WatchGaps and WatchGapsTotal.
+//     gap, and counted in Stats.WatchGaps and WatchGapsTotal. At each
+//     partition's copy the View forgets the versions of the keys of the
+//     gap's scope that the partition carries: their next change, or record
+//     of a snapshot opened after the gap, is taken whatever its version.
 //
 // Apply, Tombstone and Gap may be called from several goroutines (one per
 // partition): they are serialised, and handlers are called in that order,
@@ -295,7 +309,17 @@ func (v *View) Tombstone(pos Position, key string) {
 	if v.opt.Resource == "" || resourceOf(key) == v.opt.Resource {
 		v.seq++
 		v.stats.Tombstones++
-		if held := v.objects[key]; held != nil {
+		// A tombstone has no version: it removes only an object its
+		// own partition set, which is not newer than the delete it
+		// follows. An object another partition set came after that
+		// delete (the topic grew, and the key's events moved), or its
+		// delete was compacted away; a snapshot of the key's partition
+		// settles that.
+		switch held := v.objects[key]; {
+		case held == nil || held.partition != pos.Partition:
+		case held.skipTomb == pos.Partition:
+			held.skipTomb = ""
+		default:
 			cs = append(cs, v.remove(pos, held, nil, true))
 		}
 	}
