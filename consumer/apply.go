@@ -140,7 +140,13 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 
 	isRef := ext(ev, encoding.ExtPayload) == encoding.PayloadReference
 	prunedAt, wasPruned := v.pruned[key]
-	restore := held == nil && wasPruned && sw.start > prunedAt
+	// A synced record restores a pruned key when its snapshot started
+	// after the prune, or when it comes from another partition than the
+	// one whose snapshot pruned the key, at a version not below: a window
+	// prunes only its own partition's keys, and after the topic grew the
+	// key's records arrive in another.
+	restore := held == nil && wasPruned && ev.Type() == encoding.TypeSynced &&
+		(gone.partition == pos.Partition && sw.start > prunedAt || gone.partition != pos.Partition && !olderRV(rv, gone.ResourceVersion))
 	switch {
 	case held != nil && held.UID == uid && held.ResourceVersion == rv && (isRef || !held.Reference):
 		if held.typ == ev.Type() {
