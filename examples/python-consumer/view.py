@@ -72,6 +72,7 @@ class Entry:
     data: object = None
     namespace: str = ""
     forgot: int = 0  # seq of the gap that made the View forget the version; 0 once an event set it
+    skip_tomb: str = ""  # a partition whose next tombstone of the key follows a delete not applied
 
 
 class View:
@@ -88,11 +89,17 @@ class View:
         return [{"key": e.key, "uid": e.uid, "resourceVersion": e.rv} for _, e in sorted(self.objects.items())]
 
     def tombstone(self, partition, key):
-        """A Kafka tombstone: a record with the key and no value."""
+        """A Kafka tombstone: a record with the key and no value. It has no
+        version: it removes only an object its own partition set, and not
+        after a delete that was not applied (step T of the rule)."""
         self.seq += 1
         held = self.objects.get(key)
-        if held is not None:
-            self._remove(held)
+        if held is None or held.partition != partition:
+            return
+        if held.skip_tomb == partition:
+            held.skip_tomb = ""
+            return
+        self._remove(held)
 
     def apply(self, partition, event):
         """Applies one kubewire CloudEvent read from partition. Returns
@@ -150,13 +157,19 @@ class View:
                 self.pruned.pop(key, None)
                 return None
             if held.uid != uid and older_than(held.rv):
+                held.skip_tomb = partition  # the tombstone after it is as late
                 return None  # a late delete of an earlier object under this key
             self._remove(held)
             self.gone[key] = Entry(key, uid, rv, partition, self.seq, namespace=held.namespace)
             return None
 
         reference = ext("payload") == "reference"
-        restore = held is None and key in self.pruned and window_start > self.pruned[key]
+        # A pruned key comes back with a record of a snapshot that started
+        # after the prune, or one from another partition than the one that
+        # pruned it, at that version or above (the topic grew).
+        restore = held is None and key in self.pruned and typ == SYNCED and (
+            gone.partition == partition and window_start > self.pruned[key]
+            or gone.partition != partition and not older(rv, gone.rv))
         if held is not None and held.uid == uid and held.rv == rv and (reference or not held.reference):
             return None  # a duplicate
         if held is not None and older_than(held.rv):
