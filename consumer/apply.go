@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/watch"
@@ -61,12 +62,18 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	if hasExt(ev, encoding.ExtConflated) {
 		v.stats.Conflated++
 	}
+	// Every record of the key in its partition counts as an event of the
+	// key for the prune, even one dropped below (a duplicate, a stale
+	// copy, a record of a window already applied). One of another
+	// partition counts only if it sets the key: after the topic grew, a
+	// stale record of the key's old partition says nothing of whether
+	// the key is live.
 	held := v.objects[key]
-	if held != nil {
+	if held != nil && held.partition == pos.Partition {
 		held.seq = v.seq
 	}
 	gone, wasGone := v.gone[key]
-	if wasGone {
+	if wasGone && gone.partition == pos.Partition {
 		gone.seq = v.seq
 		v.gone[key] = gone
 	}
@@ -86,13 +93,16 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 
 	// After a watch.gap of its scope the View forgot the key's version
 	// (see forget): the next change, or a record of a snapshot opened
-	// after the gap, is not compared with it.
+	// after the gap, read from the partition that forgot, is not compared
+	// with it. Another partition's records are compared: that partition's
+	// own copy of the gap has not come yet, and until it does they are of
+	// the history before.
 	var forgot bool
 	switch {
 	case held != nil:
-		forgot = held.forgot != 0 && (ev.Type() != encoding.TypeSynced || sw.start > held.forgot)
+		forgot = held.forgot != 0 && held.partition == pos.Partition && (ev.Type() != encoding.TypeSynced || sw.start > held.forgot)
 	case wasGone:
-		forgot = gone.forgot != 0 && (ev.Type() != encoding.TypeSynced || sw.start > gone.forgot)
+		forgot = gone.forgot != 0 && gone.partition == pos.Partition && (ev.Type() != encoding.TypeSynced || sw.start > gone.forgot)
 	}
 	older := func(than string) bool { return !forgot && olderRV(rv, than) }
 
@@ -147,6 +157,19 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 	// key's records arrive in another.
 	restore := held == nil && wasPruned && ev.Type() == encoding.TypeSynced &&
 		(gone.partition == pos.Partition && sw.start > prunedAt || gone.partition != pos.Partition && !olderRV(rv, gone.ResourceVersion))
+	if held != nil && ev.Type() == encoding.TypeSynced && !olderRV(held.ResourceVersion, rv) {
+		sid := v.interned(ext(ev, encoding.ExtSnapshotID))
+		if held.partition == pos.Partition {
+			// The newest snapshot that listed it in its partition, for a
+			// hand-over of that partition (see adopt).
+			held.sid = sid
+		} else {
+			// A snapshot listed the key in another partition than the
+			// one that set it (the topic grew): that snapshot's window
+			// in the key's partition must not prune it (see complete).
+			held.listed = listedToo(held.listed, listing{sid, v.interned(pos.Partition)})
+		}
+	}
 	switch {
 	case held != nil && held.UID == uid && held.ResourceVersion == rv && (isRef || !held.Reference):
 		if held.typ == ev.Type() {
@@ -169,7 +192,15 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 			Key: key, Namespace: v.interned(ext(ev, encoding.ExtNamespace)), Name: nameOf(key, ext(ev, encoding.ExtName)),
 			UID: uid, ResourceVersion: rv, JSON: j, Reference: ref,
 		},
-		partition: v.interned(pos.Partition), seq: v.seq, typ: ev.Type(),
+		partition: v.interned(pos.Partition), seq: v.seq, typ: ev.Type(), sid: v.interned(ext(ev, encoding.ExtSnapshotID)),
+	}
+	// What snapshots listed the key elsewhere stays true of the key
+	// whichever partition sets it now.
+	switch {
+	case held != nil:
+		e.listed = held.listed
+	case wasGone:
+		e.listed = gone.listed
 	}
 	v.objects[key] = e
 	v.index(e)
@@ -235,6 +266,24 @@ func (v *View) forget(partition, resource, namespace string) {
 	}
 }
 
+// maxListed bounds what an entry remembers of the snapshots that listed it
+// in another partition: a snapshot leaves the list when its window in the
+// key's partition completes, so only a snapshot whose window there never
+// comes (one that started before the topic grew) lingers.
+const maxListed = 8
+
+// listedToo adds l to listed, dropping the oldest beyond maxListed.
+func listedToo(listed []listing, l listing) []listing {
+	if slices.Contains(listed, l) {
+		return listed
+	}
+	listed = append(slices.Clone(listed), l)
+	if len(listed) > maxListed {
+		listed = listed[len(listed)-maxListed:]
+	}
+	return listed
+}
+
 // notHeld returns p for deliver, which passes it to OnDeleteNotHeld.
 func (v *View) notHeld(p Problem) []Problem {
 	if v.opt.OnDeleteNotHeld == nil {
@@ -268,7 +317,7 @@ func (v *View) remove(pos Position, held *entry, final *Object, finalStateUnknow
 	delete(v.pruned, held.Key)
 	v.unindex(held)
 	v.gone[held.Key] = entry{Object: Object{Key: held.Key, Namespace: held.Namespace, UID: held.UID, ResourceVersion: held.ResourceVersion},
-		partition: held.partition, seq: v.seq, forgot: held.forgot}
+		partition: held.partition, seq: v.seq, forgot: held.forgot, listed: held.listed}
 	v.stats.Applied++
 	if final == nil {
 		final = &held.Object

@@ -83,7 +83,18 @@ type entry struct {
 	// copy, or a late delete of an earlier object): that tombstone is not
 	// applied either.
 	skipTomb string
+	// listed, on an object held, are the snapshots that listed it, at
+	// its version, in another partition than the one that set it: their
+	// windows in its own partition do not prune it. A snapshot leaves
+	// the list when its window in the key's partition completes.
+	listed []listing
+	// sid is the snapshot whose synced record set the object, if one
+	// did: a partition handed over says with it that it listed the key.
+	sid string
 }
+
+// listing is a snapshot that listed a key in a partition.
+type listing struct{ sid, partition string }
 
 // objectJSON finds the object in an event's data, whatever the payload mode,
 // and returns it with the capacity of its length, so that the View holds no

@@ -232,6 +232,11 @@ func (v *View) adopt(partition string, state []byte) error {
 			seqs = append(seqs, w.start)
 		}
 	}
+	for wk, s := range in.done {
+		if wk.partition == partition && s != 0 {
+			seqs = append(seqs, s)
+		}
+	}
 	slices.Sort(seqs)
 	seqs = slices.Compact(seqs)
 	renumber := func(s uint64) uint64 {
@@ -257,11 +262,31 @@ func (v *View) adopt(partition string, state []byte) error {
 		}
 		return true
 	}
+	// A prune is no delete: it says only that the key had no record in
+	// its partition's window. An object the adopted partition holds at
+	// the version a prune removed it at is live (the topic grew, and the
+	// key's records moved there).
+	pruneOnly := func(k, rv string) bool {
+		g, ok := v.gone[k]
+		_, pruned := v.pruned[k]
+		return ok && pruned && g.ResourceVersion == rv
+	}
 	for k, e := range in.objects {
-		if e.partition != partition || !newer(k, e.ResourceVersion) {
+		if e.partition != partition {
 			continue
 		}
-		e.partition = v.interned(e.partition)
+		if h := v.objects[k]; h != nil && h.ResourceVersion == e.ResourceVersion && e.sid != "" {
+			// Both partitions hold the key at one version (the topic
+			// grew): the View's copy stays, and the snapshot that
+			// listed it in the adopted partition keeps its window in
+			// the View's partition from pruning it, as if the View had
+			// read that record itself.
+			h.listed = listedToo(h.listed, listing{v.interned(e.sid), v.interned(partition)})
+		}
+		if !newer(k, e.ResourceVersion) && !pruneOnly(k, e.ResourceVersion) {
+			continue
+		}
+		e.partition, e.sid = v.interned(e.partition), v.interned(e.sid)
 		e.seq, e.forgot = renumber(e.seq), renumber(e.forgot)
 		old := v.objects[k]
 		if old != nil {
@@ -298,9 +323,9 @@ func (v *View) adopt(partition string, state []byte) error {
 			v.windows[windowKey{v.interned(wk.partition), wk.snapshotID}] = w
 		}
 	}
-	for wk := range in.done {
+	for wk, s := range in.done {
 		if wk.partition == partition {
-			v.done[windowKey{v.interned(wk.partition), wk.snapshotID}] = struct{}{}
+			v.done[windowKey{v.interned(wk.partition), wk.snapshotID}] = renumber(s)
 		}
 	}
 	for id := range in.watchGaps {

@@ -135,10 +135,12 @@ type View struct {
 	pruned  map[string]uint64
 	windows map[windowKey]window
 	// done holds the snapshot windows whose completed marker was applied
-	// (matched or not). A restart can deliver a window again after later
+	// (matched or not). The value is the seq of the window's started marker
+	// (of its completed, if unmatched), which orders it among its
+	// partition's windows. A restart can deliver a window again after later
 	// events; its markers and records are then skipped. One entry per
 	// snapshot and partition: snapshots come every snapshotInterval.
-	done map[windowKey]struct{}
+	done map[windowKey]uint64
 	// watchGaps holds the ids of the watch.gap events handled: a gap goes
 	// to every partition, and is reported once. One entry per gap.
 	watchGaps map[string]struct{}
@@ -238,7 +240,7 @@ type change struct {
 // NewView returns an empty View.
 func NewView(opt Options) *View {
 	return &View{
-		opt: opt, objects: map[string]*entry{}, byNamespace: map[string]map[string]*entry{}, gone: map[string]entry{}, pruned: map[string]uint64{}, windows: map[windowKey]window{}, done: map[windowKey]struct{}{}, watchGaps: map[string]struct{}{},
+		opt: opt, objects: map[string]*entry{}, byNamespace: map[string]map[string]*entry{}, gone: map[string]entry{}, pruned: map[string]uint64{}, windows: map[windowKey]window{}, done: map[windowKey]uint64{}, watchGaps: map[string]struct{}{},
 		pos: Positions{}, intern: map[string]string{}, sync: newSyncState(),
 	}
 }
