@@ -78,8 +78,10 @@ type WatchGap struct {
 //     View already knows from another partition, the newer version, a
 //     delete counting as one;
 //   - snapshot.completed removes every key of its resource in its partition
-//     that had no event since the matching snapshot.started, unless the
-//     marker carries the incomplete extension;
+//     that had no event in that partition since the matching
+//     snapshot.started, unless the marker carries the incomplete extension;
+//     a key that this snapshot, or a later one, listed in another
+//     partition stays (the topic grew, and the key lives there now);
 //   - a snapshot window is applied once per partition: once its completed
 //     marker was applied, a replay of the window (its markers, its synced
 //     records) is skipped, so that a restart that delivers it again neither
