@@ -72,7 +72,29 @@ type entry struct {
 	// typ is the type of the event that set the object, to tell a
 	// duplicate from another event of the same version.
 	typ string
+	// forgot is the seq of the watch.gap (its copy in partition) that made
+	// the View forget the key's version, 0 if none did since an event set
+	// the entry: the key's next change, or its record of a snapshot whose
+	// window opened after the gap, is taken whatever its version, since
+	// after an etcd restore objects come back older.
+	forgot uint64
+	// skipTomb, on an object held, names the partition whose next Kafka
+	// tombstone of the key follows a delete the View did not apply (a
+	// copy, or a late delete of an earlier object): that tombstone is not
+	// applied either.
+	skipTomb string
+	// listed, on an object held, are the snapshots that listed it, at
+	// its version, in another partition than the one that set it: their
+	// windows in its own partition do not prune it. A snapshot leaves
+	// the list when its window in the key's partition completes.
+	listed []listing
+	// sid is the snapshot whose synced record set the object, if one
+	// did: a partition handed over says with it that it listed the key.
+	sid string
 }
+
+// listing is a snapshot that listed a key in a partition.
+type listing struct{ sid, partition string }
 
 // objectJSON finds the object in an event's data, whatever the payload mode,
 // and returns it with the capacity of its length, so that the View holds no

@@ -191,7 +191,8 @@ func (v *View) partitionState(partition string) ([]byte, int64, error) {
 // one, before a restart) saved: its objects, what the rule remembers of its
 // keys and windows, and its position. The objects come to the handlers as
 // adds with isInInitialList true, as a loaded state's do. A key the View
-// already holds from another partition (the topic grew) keeps what it holds.
+// already knows from another partition (the topic grew) keeps the newer of
+// the two, counting a delete as a version.
 func (v *View) adopt(partition string, state []byte) error {
 	in := NewView(v.opt)
 	if err := in.loadLocked(bytes.NewReader(state)); err != nil {
@@ -210,11 +211,17 @@ func (v *View) adopt(partition string, state []byte) error {
 	for _, e := range in.objects {
 		if e.partition == partition {
 			seqs = append(seqs, e.seq)
+			if e.forgot != 0 {
+				seqs = append(seqs, e.forgot)
+			}
 		}
 	}
 	for k, e := range in.gone {
 		if e.partition == partition {
 			seqs = append(seqs, e.seq)
+			if e.forgot != 0 {
+				seqs = append(seqs, e.forgot)
+			}
 			if s, ok := in.pruned[k]; ok {
 				seqs = append(seqs, s)
 			}
@@ -225,36 +232,87 @@ func (v *View) adopt(partition string, state []byte) error {
 			seqs = append(seqs, w.start)
 		}
 	}
+	for wk, s := range in.done {
+		if wk.partition == partition && s != 0 {
+			seqs = append(seqs, s)
+		}
+	}
 	slices.Sort(seqs)
 	seqs = slices.Compact(seqs)
 	renumber := func(s uint64) uint64 {
+		if s == 0 {
+			return 0 // forgot: none
+		}
 		i, _ := slices.BinarySearch(seqs, s)
 		return base + uint64(i) + 1
 	}
 	var cs []change
 	pos, hasPos := in.pos[partition]
+	at := Position{Partition: partition, Offset: pos}
+	// A key the View already knows from another partition (the topic
+	// grew, and the key's events moved) keeps the newer of the two, a
+	// delete counting as a version: neither partition's copy is newer for
+	// being adopted, nor older for being held. On a tie the View's stays.
+	newer := func(k, rv string) bool {
+		if h := v.objects[k]; h != nil {
+			return olderRV(h.ResourceVersion, rv)
+		}
+		if g, ok := v.gone[k]; ok {
+			return olderRV(g.ResourceVersion, rv)
+		}
+		return true
+	}
+	// A prune is no delete: it says only that the key had no record in
+	// its partition's window. An object the adopted partition holds at
+	// the version a prune removed it at is live (the topic grew, and the
+	// key's records moved there).
+	pruneOnly := func(k, rv string) bool {
+		g, ok := v.gone[k]
+		_, pruned := v.pruned[k]
+		return ok && pruned && g.ResourceVersion == rv
+	}
 	for k, e := range in.objects {
-		if _, held := v.objects[k]; held || e.partition != partition {
+		if e.partition != partition {
 			continue
 		}
-		e.partition = v.interned(e.partition)
-		e.seq = renumber(e.seq)
+		if h := v.objects[k]; h != nil && h.ResourceVersion == e.ResourceVersion && e.sid != "" {
+			// Both partitions hold the key at one version (the topic
+			// grew): the View's copy stays, and the snapshot that
+			// listed it in the adopted partition keeps its window in
+			// the View's partition from pruning it, as if the View had
+			// read that record itself.
+			h.listed = listedToo(h.listed, listing{v.interned(e.sid), v.interned(partition)})
+		}
+		if !newer(k, e.ResourceVersion) && !pruneOnly(k, e.ResourceVersion) {
+			continue
+		}
+		e.partition, e.sid = v.interned(e.partition), v.interned(e.sid)
+		e.seq, e.forgot = renumber(e.seq), renumber(e.forgot)
+		old := v.objects[k]
+		if old != nil {
+			v.unindex(old)
+		}
 		v.objects[k] = e
 		v.index(e)
 		delete(v.gone, k)
 		delete(v.pruned, k)
-		cs = append(cs, change{pos: Position{Partition: partition, Offset: pos}, kind: watch.Added, key: k, obj: &e.Object, listed: true})
+		if old != nil {
+			cs = append(cs, change{pos: at, kind: watch.Modified, key: k, old: &old.Object, obj: &e.Object})
+			continue
+		}
+		cs = append(cs, change{pos: at, kind: watch.Added, key: k, obj: &e.Object, listed: true})
 	}
 	for k, e := range in.gone {
-		if _, held := v.objects[k]; held || e.partition != partition {
+		if e.partition != partition || !newer(k, e.ResourceVersion) {
 			continue
 		}
-		if _, gone := v.gone[k]; gone {
-			continue
+		if old := v.objects[k]; old != nil {
+			cs = append(cs, v.remove(at, old, nil, true))
 		}
 		e.partition = v.interned(e.partition)
-		e.seq = renumber(e.seq)
+		e.seq, e.forgot = renumber(e.seq), renumber(e.forgot)
 		v.gone[k] = e
+		delete(v.pruned, k)
 		if s, ok := in.pruned[k]; ok {
 			v.pruned[k] = renumber(s)
 		}
@@ -265,9 +323,9 @@ func (v *View) adopt(partition string, state []byte) error {
 			v.windows[windowKey{v.interned(wk.partition), wk.snapshotID}] = w
 		}
 	}
-	for wk := range in.done {
+	for wk, s := range in.done {
 		if wk.partition == partition {
-			v.done[windowKey{v.interned(wk.partition), wk.snapshotID}] = struct{}{}
+			v.done[windowKey{v.interned(wk.partition), wk.snapshotID}] = renumber(s)
 		}
 	}
 	for id := range in.watchGaps {

@@ -41,6 +41,24 @@ type stateRecord struct {
 	Seq       uint64          `json:"seq,omitempty"`
 	Object    json.RawMessage `json:"object,omitempty"`
 	Count     int             `json:"count,omitempty"`
+	// Forgot is an entry's: the seq of the watch.gap that made the View
+	// forget the key's version.
+	Forgot uint64 `json:"forgot,omitempty"`
+	// SkipTomb is an object's: the partition whose next tombstone of the
+	// key is not applied.
+	SkipTomb string `json:"skiptomb,omitempty"`
+	// Listed is an object's: snapshots that listed it in another
+	// partition.
+	Listed []stateListing `json:"listed,omitempty"`
+	// SID is an object's: the snapshot whose synced record set it.
+	SID string `json:"sid,omitempty"`
+}
+
+// stateListing is a listing of an object: a snapshot that listed it in
+// another partition.
+type stateListing struct {
+	Snapshot  string `json:"snapshot"`
+	Partition string `json:"partition"`
 }
 
 // SaveState writes everything the View holds and knows, with its position,
@@ -93,7 +111,7 @@ func (v *View) saveLocked(w io.Writer, only string) error {
 	entryRecord := func(kind string, e *entry) stateRecord {
 		return stateRecord{
 			Kind: kind, Key: e.Key, Namespace: e.Namespace, Name: e.Name, UID: e.UID, RV: e.ResourceVersion,
-			Reference: e.Reference, Type: e.typ, Partition: e.partition, Seq: e.seq, Object: e.JSON,
+			Reference: e.Reference, Type: e.typ, Partition: e.partition, Seq: e.seq, Object: e.JSON, Forgot: e.forgot, SkipTomb: e.skipTomb, Listed: listingsOut(e.listed), SID: e.sid,
 		}
 	}
 	// Sorted, so that one state always gives the same bytes.
@@ -132,7 +150,7 @@ func (v *View) saveLocked(w io.Writer, only string) error {
 		if !mine(wk.partition) {
 			continue
 		}
-		if err := put(stateRecord{Kind: "done", Partition: wk.partition, Snapshot: wk.snapshotID}); err != nil {
+		if err := put(stateRecord{Kind: "done", Partition: wk.partition, Snapshot: wk.snapshotID, Seq: v.done[wk]}); err != nil {
 			return err
 		}
 	}
@@ -204,7 +222,7 @@ func (v *View) loadLocked(r io.Reader) error {
 		}
 		e := entry{
 			Object:    Object{Key: rec.Key, Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, ResourceVersion: rec.RV, JSON: fitted(rec.Object), Reference: rec.Reference},
-			partition: v.interned(rec.Partition), seq: rec.Seq, typ: rec.Type,
+			partition: v.interned(rec.Partition), seq: rec.Seq, typ: rec.Type, forgot: rec.Forgot, skipTomb: v.interned(rec.SkipTomb), listed: v.listingsIn(rec.Listed), sid: v.interned(rec.SID),
 		}
 		wk := windowKey{partition: v.interned(rec.Partition), snapshotID: rec.Snapshot}
 		switch rec.Kind {
@@ -223,7 +241,7 @@ func (v *View) loadLocked(r io.Reader) error {
 		case "window":
 			v.windows[wk] = window{resource: rec.Resource, start: rec.Seq}
 		case "done":
-			v.done[wk] = struct{}{}
+			v.done[wk] = rec.Seq
 		case "watchgap":
 			v.watchGaps[rec.Key] = struct{}{}
 		case "end":
@@ -287,6 +305,22 @@ func (v *View) LoadStateFile(path string) error {
 		return fmt.Errorf("%w (file %s)", err, path)
 	}
 	return nil
+}
+
+func listingsOut(ls []listing) []stateListing {
+	var out []stateListing
+	for _, l := range ls {
+		out = append(out, stateListing{Snapshot: l.sid, Partition: l.partition})
+	}
+	return out
+}
+
+func (v *View) listingsIn(ls []stateListing) []listing {
+	var out []listing
+	for _, l := range ls {
+		out = append(out, listing{v.interned(l.Snapshot), v.interned(l.Partition)})
+	}
+	return out
 }
 
 func sortedKeys[V any](m map[string]V) []string {

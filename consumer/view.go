@@ -37,8 +37,9 @@ type Options struct {
 	// OnWatchGap, if set, is called for every watch.gap event kubewire sent
 	// (once per gap: its copies in other partitions and its repeats are
 	// skipped), after the event was handled. The gap says that changes in
-	// its range may never have been sent; the View's state is not changed
-	// by it, and the snapshot that follows it converges the View. An
+	// its range may never have been sent; the View's objects are not
+	// changed by it (it forgets versions, see View), and the snapshot that
+	// follows it converges the View. An
 	// audit consumer records the range as possibly lost. It must not call
 	// the View.
 	OnWatchGap func(WatchGap)
@@ -66,27 +67,48 @@ type WatchGap struct {
 //     event with the uid, resourceVersion and type of the object held;
 //   - an event never replaces an object of a higher resourceVersion, nor
 //     brings back a deleted one at the version it was deleted at or lower;
-//   - added, updated and synced put the object at its key; deleted and a
-//     Kafka tombstone remove the key;
+//   - a record read again at a position of its partition already applied
+//     is skipped whole, and counted in Stats.Reread;
+//   - added, updated and synced put the object at its key; deleted
+//     removes it; a Kafka tombstone removes it only when the object was
+//     set by an event of the tombstone's partition, and not after a delete
+//     the View did not apply (after the topic grew, an object of another
+//     partition came after the delete the tombstone follows);
+//   - a partition handed over by a consumer group keeps, for each key the
+//     View already knows from another partition, the newer version, a
+//     delete counting as one;
 //   - snapshot.completed removes every key of its resource in its partition
-//     that had no event since the matching snapshot.started, unless the
-//     marker carries the incomplete extension;
+//     that had no event in that partition since the matching
+//     snapshot.started, unless the marker carries the incomplete extension;
+//     a key that this snapshot, or a later one, listed in another
+//     partition stays (the topic grew, and the key lives there now);
 //   - a snapshot window is applied once per partition: once its completed
 //     marker was applied, a replay of the window (its markers, its synced
 //     records) is skipped, so that a restart that delivers it again neither
 //     prunes nor brings back what later events changed;
 //   - a synced record of a snapshot that started after a key was pruned
-//     brings the key back, even at the version it was pruned at;
+//     brings the key back, even at the version it was pruned at, and so
+//     does one, at that version or above, from another partition than the
+//     one whose snapshot pruned it;
 //   - a delete of a key the View does not hold changes nothing and is
 //     reported to Options.OnDeleteNotHeld and counted in Stats.DeletesNotHeld;
 //   - a delete marked finalstateunknown, a key pruned by a snapshot and one
 //     removed by a tombstone alone are delivered to handlers as
 //     cache.DeletedFinalStateUnknown, as client-go does for deletes noticed
 //     by a relist;
-//   - a conflated event is applied as any other: it carries the newest state.
-//   - a watch.gap event changes nothing (the snapshot that follows it
+//   - a conflated event is applied as any other: it carries the newest state;
+//   - a record that breaks the contract (an object event with no
+//     resourceversion or one that is not a decimal unsigned integer, a gap
+//     whose from or to is not one) is not applied, and is reported to
+//     Options.OnProblem as malformed; a snapshot.completed whose started
+//     marker the partition never brought prunes nothing and is reported
+//     as unmatched;
+//   - a watch.gap event changes no object (the snapshot that follows it
 //     converges the view); it is reported to Options.OnWatchGap, once per
-//     gap, and counted in Stats.WatchGaps and WatchGapsTotal.
+//     gap, and counted in Stats.WatchGaps and WatchGapsTotal. At each
+//     partition's copy the View forgets the versions of the keys of the
+//     gap's scope that the partition carries: their next change, or record
+//     of a snapshot opened after the gap, is taken whatever its version.
 //
 // Apply, Tombstone and Gap may be called from several goroutines (one per
 // partition): they are serialised, and handlers are called in that order,
@@ -115,10 +137,12 @@ type View struct {
 	pruned  map[string]uint64
 	windows map[windowKey]window
 	// done holds the snapshot windows whose completed marker was applied
-	// (matched or not). A restart can deliver a window again after later
+	// (matched or not). The value is the seq of the window's started marker
+	// (of its completed, if unmatched), which orders it among its
+	// partition's windows. A restart can deliver a window again after later
 	// events; its markers and records are then skipped. One entry per
 	// snapshot and partition: snapshots come every snapshotInterval.
-	done map[windowKey]struct{}
+	done map[windowKey]uint64
 	// watchGaps holds the ids of the watch.gap events handled: a gap goes
 	// to every partition, and is reported once. One entry per gap.
 	watchGaps map[string]struct{}
@@ -160,6 +184,10 @@ type Stats struct {
 	// Replayed counts snapshot markers and synced records skipped because
 	// their snapshot window had already been applied in that partition.
 	Replayed int64
+	// Reread counts records read again at a position of their partition
+	// the View had already applied (a redelivery by the broker, a restart
+	// from a position older than the View's): they are skipped whole.
+	Reread int64
 	// DeletesNotHeld counts deletes of keys the View did not hold (see
 	// Options.OnDeleteNotHeld); Restored the keys a snapshot pruned that a
 	// newer snapshot's synced record brought back.
@@ -180,10 +208,17 @@ type Problem struct {
 const (
 	// ProblemStale: the event's resourceVersion is lower than the held one.
 	ProblemStale = "stale"
-	// ProblemMalformed: the event lacks what the contract says it has.
+	// ProblemMalformed: the event lacks what the contract says it has, or
+	// has it in another form: a resourceversion, or a gap's from or to,
+	// that is not a decimal unsigned integer, say. It is not applied.
 	ProblemMalformed = "malformed"
 	// ProblemUnknownType: the event's type is not one of contract version 1.
 	ProblemUnknownType = "unknown type"
+	// ProblemUnmatched: a snapshot.completed whose snapshot.started the
+	// partition never brought. It prunes nothing. It is normal when
+	// reading began inside the window (a stored position, FromEnd, a
+	// compacted topic); it is also counted in Stats.Unmatched.
+	ProblemUnmatched = "unmatched"
 	// ProblemNotHeld: a delete of a key the View does not hold. It goes to
 	// Options.OnDeleteNotHeld, not OnProblem: it is not a fault of the
 	// stream.
@@ -207,7 +242,7 @@ type change struct {
 // NewView returns an empty View.
 func NewView(opt Options) *View {
 	return &View{
-		opt: opt, objects: map[string]*entry{}, byNamespace: map[string]map[string]*entry{}, gone: map[string]entry{}, pruned: map[string]uint64{}, windows: map[windowKey]window{}, done: map[windowKey]struct{}{}, watchGaps: map[string]struct{}{},
+		opt: opt, objects: map[string]*entry{}, byNamespace: map[string]map[string]*entry{}, gone: map[string]entry{}, pruned: map[string]uint64{}, windows: map[windowKey]window{}, done: map[windowKey]uint64{}, watchGaps: map[string]struct{}{},
 		pos: Positions{}, intern: map[string]string{}, sync: newSyncState(),
 	}
 }
@@ -245,6 +280,10 @@ func (v *View) Apply(pos Position, ev *event.Event) {
 	defer v.applyMu.Unlock()
 	v.tap(Read{Kind: ReadEvent, Position: pos, Event: ev, Key: ext(ev, encoding.ExtPartitionKey)})
 	v.mu.Lock()
+	if v.reread(pos) {
+		v.mu.Unlock()
+		return
+	}
 	cs, ps := v.apply(pos, ev)
 	v.advance(pos)
 	gaps := v.newGaps
@@ -266,11 +305,25 @@ func (v *View) Tombstone(pos Position, key string) {
 	defer v.applyMu.Unlock()
 	v.tap(Read{Kind: ReadTombstone, Position: pos, Key: key})
 	v.mu.Lock()
+	if v.reread(pos) {
+		v.mu.Unlock()
+		return
+	}
 	var cs []change
 	if v.opt.Resource == "" || resourceOf(key) == v.opt.Resource {
 		v.seq++
 		v.stats.Tombstones++
-		if held := v.objects[key]; held != nil {
+		// A tombstone has no version: it removes only an object its
+		// own partition set, which is not newer than the delete it
+		// follows. An object another partition set came after that
+		// delete (the topic grew, and the key's events moved), or its
+		// delete was compacted away; a snapshot of the key's partition
+		// settles that.
+		switch held := v.objects[key]; {
+		case held == nil || held.partition != pos.Partition:
+		case held.skipTomb == pos.Partition:
+			held.skipTomb = ""
+		default:
 			cs = append(cs, v.remove(pos, held, nil, true))
 		}
 	}
@@ -293,6 +346,19 @@ func (v *View) Gap(partition string, resume int64) {
 	v.pos[v.interned(partition)] = resume
 	v.mu.Unlock()
 	v.deliver([]change{{pos: Position{Partition: partition, Offset: resume}, kind: watch.Error}}, nil)
+}
+
+// reread reports whether pos was applied already, and counts it: what it
+// did is in the View, and everything after it too. Applying it again
+// would measure a snapshot window from a replayed started marker, or bring
+// back, as the newest of its key, an event from before a watch.gap.
+func (v *View) reread(pos Position) bool {
+	next, ok := v.pos[pos.Partition]
+	if ok && pos.Offset < next {
+		v.stats.Reread++
+		return true
+	}
+	return false
 }
 
 // advance records that everything up to pos was read.

@@ -14,7 +14,9 @@ and prints the objects it ends with, as JSON.
     python3 consume.py --nats nats://localhost:4222 --stream KUBEWIRE --count 10
     python3 consume.py --file ../../testdata/consumer-vectors/01-clean.jsonl --state
 
-A record that is not a kubewire event is skipped with one line on stderr.
+A record that is not a kubewire event is skipped with one line on stderr;
+with --state, so is one that breaks the contract (a resourceversion that
+is not a decimal unsigned integer, say).
 Anything else that goes wrong (no broker at the address, no such topic,
 stream or file) ends it with one line on stderr and exit status 1.
 """
@@ -76,8 +78,8 @@ class Output:
             event = kubewire_event(decode)
             if self.view is None:
                 print(describe(event), flush=True)
-            elif not self.view.apply(partition, event):
-                raise NotAnEvent(f"type {event.get_type()!r} is not one of kubewire's contract version 1")
+            elif why := self.view.apply(partition, event):
+                raise NotAnEvent(why)
         except NotAnEvent as e:
             print(f"consume.py: skipping the record at {where}: {e}", file=sys.stderr, flush=True)
             return False

@@ -177,33 +177,25 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	return rep, nil
 }
 
-// readBack reads the sink's stream into one view per partition, applying
-// the consumer's rule in each, and merges them.
+// readBack reads the sink's stream into one view, applying the consumer's
+// rule across its partitions: after a topic grew, a key's events are in
+// two of them, and only one view can keep the newest version of each key.
 func readBack(ctx context.Context, r sinks.Reader, routes []config.Route, rep *Report) (*View, error) {
-	parts := map[string]*View{}
+	v := NewView()
 	err := r.ReadBack(ctx, routes, func(rec sinks.Record) error {
-		v := parts[rec.Partition]
-		if v == nil {
-			v = NewView()
-			parts[rec.Partition] = v
-		}
 		if rec.Event == nil {
 			rep.Tombstones++
-			v.Delete(rec.Key)
+			v.DeleteIn(rec.Partition, rec.Key)
 			return nil
 		}
 		rep.Events++
-		v.Apply(rec.Event)
+		v.ApplyIn(rec.Partition, rec.Event)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	views := make([]*View, 0, len(parts))
-	for _, v := range parts {
-		views = append(views, v)
-	}
-	return Merge(views...), nil
+	return v, nil
 }
 
 // listTruth lists what kubewire is configured to stream of one resource:

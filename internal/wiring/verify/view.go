@@ -30,7 +30,9 @@ type View struct {
 	// parts are the consumer views of the partitions merged into this one;
 	// a view that was not merged has one, and Apply feeds it.
 	parts []*consumer.View
-	next  int64
+	// next is, per partition, the position of its next record, for
+	// Apply and Delete and the ...In methods.
+	next map[string]int64
 	// Problems collects per-key order violations seen while applying: a
 	// resourceVersion going backwards (the event is not applied), and
 	// events that break the contract.
@@ -98,6 +100,10 @@ func (v *View) problem(p consumer.Problem) {
 			return
 		}
 		v.Problems = append(v.Problems, fmt.Sprintf("%s: %s (%s)", p.Key, p.Detail, p.ID))
+	case consumer.ProblemUnmatched:
+		// Counted in Unmatched: normal at the start of a compacted topic,
+		// and no order violation.
+		return
 	case consumer.ProblemUnknownType:
 		v.Problems = append(v.Problems, fmt.Sprintf("%s: unknown event type %s", p.Key, p.Detail))
 	default:
@@ -105,8 +111,17 @@ func (v *View) problem(p consumer.Problem) {
 	}
 }
 
-// Apply applies one event by the consumer's rule.
-func (v *View) Apply(ev *event.Event) {
+// Apply applies one event by the consumer's rule, as the next record of a
+// view of one partition.
+func (v *View) Apply(ev *event.Event) { v.ApplyAt(v.position(""), ev) }
+
+// ApplyIn applies one event read from partition, as its next record. The
+// rule is applied across the partitions of a topic: after the topic grew,
+// a key's events are in two of them.
+func (v *View) ApplyIn(partition string, ev *event.Event) { v.ApplyAt(v.position(partition), ev) }
+
+// ApplyAt applies one event read at pos.
+func (v *View) ApplyAt(pos consumer.Position, ev *event.Event) {
 	if t := ev.Type(); t != encoding.TypeSnapshotStarted && t != encoding.TypeSnapshotCompleted && t != encoding.TypeGap {
 		v.Events++
 	}
@@ -117,20 +132,30 @@ func (v *View) Apply(ev *event.Event) {
 		_, v.replaying = v.ids[id]
 		v.ids[id] = struct{}{}
 	}
-	v.parts[0].Apply(v.position(), ev)
+	v.parts[0].Apply(pos, ev)
 	v.replaying = false
 	v.count()
 }
 
 // Delete applies a tombstone: a compacted Kafka topic may have dropped the
 // deleted event and kept only the tombstone that followed it.
-func (v *View) Delete(key string) {
-	v.parts[0].Tombstone(v.position(), key)
+func (v *View) Delete(key string) { v.DeleteAt(v.position(""), key) }
+
+// DeleteIn applies a tombstone read from partition, as its next record.
+func (v *View) DeleteIn(partition, key string) { v.DeleteAt(v.position(partition), key) }
+
+// DeleteAt applies a tombstone read at pos.
+func (v *View) DeleteAt(pos consumer.Position, key string) {
+	v.parts[0].Tombstone(pos, key)
 }
 
-func (v *View) position() consumer.Position {
-	v.next++
-	return consumer.Position{Offset: v.next - 1}
+func (v *View) position(partition string) consumer.Position {
+	if v.next == nil {
+		v.next = map[string]int64{}
+	}
+	o := v.next[partition]
+	v.next[partition]++
+	return consumer.Position{Partition: partition, Offset: o}
 }
 
 func (v *View) count() {
@@ -138,8 +163,10 @@ func (v *View) count() {
 	v.Duplicates, v.Unmatched, v.Incomplete = int(st.Duplicates), int(st.Unmatched), int(st.Incomplete)
 }
 
-// Merge combines the views of several partitions of one topic: each key
-// lives in exactly one partition, so the union is the whole state. A gap
+// Merge combines the views of several partitions of one topic whose keys
+// never moved (a topic that did not grow): each key lives in exactly one
+// partition, so the union is the whole state. A topic that grew is read
+// into one View, with ApplyIn. A gap
 // goes to every partition, and is listed once. The merged view is for
 // reading; apply to the partitions' views.
 func Merge(vs ...*View) *View {
