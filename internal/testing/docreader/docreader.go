@@ -158,7 +158,10 @@ func ParseVersion(s string) (uint64, bool) {
 		}
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
-	return v, err == nil
+	if err != nil {
+		return 0, false
+	}
+	return v, true
 }
 
 // event is the part of a CloudEvent the rule reads.
