@@ -23,35 +23,7 @@ import (
 // undelivered: batch is compacted in place to those, so a caller that is
 // cancelled can queue them again.
 func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) ([]*encoding.Event, int) {
-	// batch is compacted in place to the entries that encoded, so that
-	// batch[i] is the entry of events[i].
-	kept := batch[:0]
-	for _, e := range batch {
-		ev, err := e.item.Event()
-		if err != nil {
-			d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
-			d.drop(e, "encode")
-			d.snapshots.done(e.item.Change)
-			continue
-		}
-		if e.conflated > 0 || e.incomplete > 0 {
-			// The event is shared with other sinks; these belong to this one.
-			c := ev.Clone()
-			if e.conflated > 0 {
-				c.SetExtension(encoding.ExtConflated, strconv.Itoa(e.conflated))
-				if e.conflatedFrom != "" {
-					c.SetExtension(encoding.ExtConflatedFrom, e.conflatedFrom)
-				}
-			}
-			if e.incomplete > 0 {
-				c.SetExtension(encoding.ExtIncomplete, strconv.Itoa(e.incomplete))
-			}
-			ev = c
-		}
-		kept = append(kept, e)
-		events = append(events, ev)
-	}
-	batch = kept
+	batch, events = d.encode(batch, events)
 	if len(events) == 0 {
 		return events, 0
 	}
@@ -64,6 +36,7 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 			d.noteAcked()
 			d.setHealthy(true)
 			l.blocked(false)
+			l.down.Store(false)
 			now := time.Now()
 			for _, e := range batch {
 				d.delivered(e, now)
@@ -87,6 +60,11 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 		}
 		d.setHealthy(false)
 		l.blocked(true)
+		if o.acked == 0 {
+			l.down.Store(true)
+		} else {
+			l.down.Store(false)
+		}
 		metrics.WriteRetries.WithLabelValues(d.name).Inc()
 		if attempt == 1 || attempt%10 == 0 {
 			// The resource is named: a missing topic or stream fails only
@@ -97,6 +75,44 @@ func (d *Dispatcher) deliver(l *lane, batch []*entry, events []*encoding.Event) 
 			return events, len(batch)
 		}
 	}
+}
+
+// encode appends the event of each entry of batch to events, building it on
+// an entry's first attempt, and compacts batch in place to the entries that
+// encoded, so that batch[i] is the entry of events[i]. An entry that cannot
+// be encoded is dropped and counted.
+func (d *Dispatcher) encode(batch []*entry, events []*encoding.Event) ([]*entry, []*encoding.Event) {
+	kept := batch[:0]
+	for _, e := range batch {
+		if e.ev == nil {
+			ev, err := e.item.Event()
+			if err != nil {
+				d.log.Error("dropping change that cannot be encoded", "key", e.key, "err", err)
+				d.drop(e, "encode")
+				d.snapshots.done(e.item.Change)
+				continue
+			}
+			if e.conflated > 0 || e.incomplete > 0 {
+				// The event is shared with other sinks; these belong to this one.
+				c := ev.Clone()
+				if e.conflated > 0 {
+					c.SetExtension(encoding.ExtConflated, strconv.Itoa(e.conflated))
+					if e.conflatedFrom != "" {
+						c.SetExtension(encoding.ExtConflatedFrom, e.conflatedFrom)
+					}
+				}
+				if e.incomplete > 0 {
+					c.SetExtension(encoding.ExtIncomplete, strconv.Itoa(e.incomplete))
+				}
+				ev = c
+			}
+			e.ev = ev
+		}
+		kept = append(kept, e)
+		events = append(events, e.ev)
+	}
+	clear(batch[len(kept):])
+	return kept, events
 }
 
 // errOutcomeCount stands for a BatchError that does not cover the events
@@ -178,7 +194,12 @@ func (d *Dispatcher) newBackoff() *backoff {
 // shards retrying one broker do not hammer it in lockstep. It returns false
 // if ctx ended first.
 func (b *backoff) wait(ctx context.Context) bool {
+	return tick.Sleep(ctx, b.step())
+}
+
+// step returns the next pause and moves the backoff on.
+func (b *backoff) step() time.Duration {
 	d := b.next + rand.N(b.next/2+1)
 	b.next = min(b.next*2, b.max)
-	return tick.Sleep(ctx, d)
+	return d
 }

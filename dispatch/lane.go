@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/base/metrics"
+	"github.com/kubewire/kubewire/internal/base/tick"
 )
 
 // lane carries one resource's events to the sink: its shards, its share of
@@ -37,8 +39,12 @@ type lane struct {
 	sp spooler
 
 	// failing is set while this lane's writes fail, for
-	// kubewire_resource_blocked.
+	// kubewire_resource_blocked. down is set while they fail and none is
+	// acknowledged: new events fail as well as held ones, so that, with a
+	// spool, what arrives goes to disk (see full). One stalled partition
+	// fails some keys; the lane is not down.
 	failing  atomic.Bool
+	down     atomic.Bool
 	mBlocked prometheus.Gauge
 }
 
@@ -136,14 +142,14 @@ func (l *lane) enqueue(it *Item) {
 }
 
 // full reports whether the lane's share of the memory buffer is used up.
-// With a spool, a lane whose writes fail, whose sink has reported its
+// With a spool, a lane whose writes fail (all of them: see down), whose sink has reported its
 // connection lost, or whose sink could not connect at all, counts as full
 // too: what arrives during an outage then goes to disk at once instead of
 // filling memory first, so a crash during the outage loses only what was
 // queued when it began.
 func (l *lane) full() bool {
 	return l.queued.Load() >= l.maxEvents || l.maxBytes > 0 && l.queuedBytes.Load() >= l.maxBytes ||
-		l.sp.disk != nil && (l.failing.Load() || l.d.linkDown.Load() || l.d.connectFailed.Load())
+		l.sp.disk != nil && (l.down.Load() || l.d.linkDown.Load() || l.d.connectFailed.Load())
 }
 
 // enqueueMemory queues it in its shard, folding it into a queued change of
@@ -255,6 +261,10 @@ func (l *lane) leftInMemory() []*entry {
 }
 
 // work1 is the loop of one shard: take a batch, or arrive at a barrier.
+// Events that fail are held (held.go) and written again after a backoff,
+// the later events of their keys staying queued until then; the shard's
+// other keys go on meanwhile, in the same Writes as the retries when these
+// are due.
 func (l *lane) work1(s *shard) {
 	d := l.d
 	select {
@@ -262,40 +272,210 @@ func (l *lane) work1(s *shard) {
 	case <-d.work.Done():
 		return
 	}
+	h := newHeld()
 	batch := make([]*entry, 0, d.opt.BatchSize)
+	fresh := make([]*entry, 0, d.opt.BatchSize)
 	events := make([]*encoding.Event, 0, d.opt.BatchSize)
+	var timer *time.Timer
+	arm := func(wait time.Duration) <-chan time.Time {
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		return timer.C
+	}
 	for {
-		var b *barrier
-		batch, b = s.take(d.work, batch[:0], d.opt.BatchSize, true)
-		switch {
-		case b != nil:
-			if !l.arrive(b) {
-				s.unshift([]*entry{{barrier: b, key: b.item.Change.Key}})
-				return
-			}
-		case len(batch) > 0:
-			n, size := len(batch), int64(0)
-			for _, e := range batch {
-				size += e.size
-			}
-			var kept int
-			events, kept = d.deliver(l, batch, events[:0])
-			if d.work.Err() != nil {
-				// Entries that could not be encoded were dropped and
-				// counted; the rest go back for shutdown to keep.
-				keptSize := int64(0)
-				for _, e := range batch[:kept] {
-					keptSize += e.size
+		batch = batch[:0]
+		if len(h.es) == 0 {
+			h.freshOK()
+		}
+		var until <-chan time.Time
+		if len(h.es) > 0 {
+			now := time.Now()
+			switch wait := h.due.Sub(now); {
+			case wait <= 0:
+				n := d.opt.BatchSize
+				if h.dead && n > 1 {
+					// Room for the new event that goes with the retry.
+					n--
 				}
-				l.done(n-kept, size-keptSize)
-				s.unshift(batch[:kept])
+				batch = h.front(batch, n)
+				until = expired
+			case h.dead:
+				// New events wait for the retry too while the sink takes
+				// none: they stay queued, where a full buffer folds them.
+				if !tick.Sleep(d.work, wait) {
+					s.unshift(h.all())
+					return
+				}
+				continue
+			default:
+				until = arm(wait)
+			}
+		}
+		retried := len(batch)
+		var b *barrier
+		fresh = fresh[:0]
+		room := d.opt.BatchSize - retried
+		if h.dead {
+			// One new event goes with the retry: if the sink takes it,
+			// only some keys fail, and the others go on (freshOK).
+			room = min(room, 1)
+		}
+		if room > 0 {
+			var skip func(string) bool
+			if len(h.keys) > 0 {
+				// Not len(h.es): the keys front took stay held.
+				skip = h.holds
+			}
+			fresh, b = s.takeUntil(d.work, fresh, room, true, until, skip)
+		}
+		if b != nil {
+			// Everything before the barrier must be acknowledged first.
+			left := l.deliverHeld(append(batch, h.all()...))
+			if d.work.Err() != nil || !l.arrive(b) {
+				s.unshift(append(left, &entry{barrier: b, key: b.item.Change.Key}))
 				return
 			}
-			l.done(n, size)
-		default:
+			continue
+		}
+		// Entries of held keys stay queued (skip), the retried ones' keys
+		// included until attempt settles them: like take's distinct, so
+		// that a Write holds one event of each key.
+		batch = append(batch, fresh...)
+		clear(fresh)
+		if len(batch) == 0 {
+			switch {
+			case d.work.Err() != nil:
+				s.unshift(h.all())
+				return
+			case len(h.es) == 0 && s.isClosed():
+				return
+			case s.isClosed():
+				// Draining: nothing will wake the shard but the retry.
+				if !tick.Sleep(d.work, time.Until(h.due)) {
+					s.unshift(h.all())
+					return
+				}
+			}
+			continue
+		}
+		events = l.attempt(h, batch, retried, events[:0])
+		if d.work.Err() != nil {
+			s.unshift(h.all())
 			return
 		}
 	}
+}
+
+// attempt writes batch once; its first retried entries are the head of h
+// that was due. What fails is held, the retried entries at the head again.
+func (l *lane) attempt(h *held, batch []*entry, retried int, events []*encoding.Event) []*encoding.Event {
+	d := l.d
+	n, size := len(batch), int64(0)
+	for i, e := range batch {
+		size += e.size
+		// For settle's compacted result: which failed entries were held.
+		e.retried = i < retried
+	}
+	// Copied, since encode and settle compact batch in place.
+	var tried []*entry
+	if retried > 0 {
+		tried = append(tried, batch[:retried]...)
+	}
+	fresh := n > retried
+	batch, events = d.encode(batch, events)
+	if len(batch) == 0 {
+		l.done(n, size)
+		return events
+	}
+	start := time.Now()
+	err := d.sink.Write(d.work, events)
+	d.mPublish.Observe(time.Since(start).Seconds())
+	now := time.Now()
+	rest, o := batch[:0], outcome{acked: len(batch)}
+	if err == nil {
+		for _, e := range batch {
+			d.delivered(e, now)
+		}
+	} else {
+		rest, _, o = d.settle(l, batch, events, err)
+	}
+	restSize := int64(0)
+	var back []*entry
+	freshFailed := false
+	for _, e := range rest {
+		restSize += e.size
+		if e.retried {
+			back = append(back, e)
+		} else {
+			freshFailed = true
+			h.add(e)
+		}
+	}
+	h.settle(tried, back)
+	clear(rest)
+	l.done(n-len(rest), size-restSize)
+	if o.acked > 0 {
+		d.noteAcked()
+		l.down.Store(false)
+		if fresh {
+			h.freshOK()
+		}
+	}
+	if len(rest) == 0 {
+		if retried > 0 {
+			h.retriedOK(now)
+		}
+		if len(h.es) == 0 {
+			// The broker answered every event: whatever it refused, the
+			// resource's writes are not failing.
+			if o.acked > 0 {
+				d.setHealthy(true)
+			}
+			l.blocked(false)
+		}
+		return events
+	}
+	if d.work.Err() != nil {
+		return events
+	}
+	if o.acked == 0 && freshFailed {
+		// New events fail as well as held ones: the resource's writes
+		// fail, not just some of its keys.
+		l.down.Store(true)
+		h.dead = true
+	}
+	d.setHealthy(false)
+	l.blocked(true)
+	metrics.WriteRetries.WithLabelValues(d.name).Inc()
+	h.failed(d, len(back) > 0, now)
+	if h.failures == 1 || h.failures%10 == 0 {
+		// The resource is named: a missing topic or stream fails only
+		// its own lane, and the log should say which.
+		l.log.Warn("sink write failed; retrying", "attempt", h.failures, "events", len(h.es), "acknowledged", o.acked, "err", err)
+	}
+	return events
+}
+
+// deliverHeld writes es until each is acknowledged or refused, or the
+// work context ends; it returns what is left then, in order.
+func (l *lane) deliverHeld(es []*entry) []*entry {
+	if len(es) == 0 {
+		return nil
+	}
+	n, size := len(es), int64(0)
+	for _, e := range es {
+		size += e.size
+	}
+	_, kept := l.d.deliver(l, es, nil)
+	keptSize := int64(0)
+	for _, e := range es[:kept] {
+		keptSize += e.size
+	}
+	l.done(n-kept, size-keptSize)
+	return es[:kept]
 }
 
 // arrive blocks the shard at the barrier. The last shard to arrive knows

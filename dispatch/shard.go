@@ -4,7 +4,9 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
 )
 
@@ -31,6 +33,13 @@ type entry struct {
 	// incomplete is set on a completed marker: how many records of its
 	// snapshot were dropped.
 	incomplete int
+	// ev is the event this sink writes, built on the entry's first attempt
+	// and handed to the sink again on every retry: an adapter may know a
+	// retry by its events (the Kafka sink skips the records a partition
+	// already holds).
+	ev *encoding.Event
+	// retried: the entry was held after a failed attempt (see lane.attempt).
+	retried bool
 }
 
 // barrier is a snapshot marker queued in every shard at once.
@@ -120,6 +129,12 @@ func (s *shard) rest() []*entry {
 	return append([]*entry(nil), s.q[s.head:]...)
 }
 
+func (s *shard) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 func (s *shard) close() {
 	s.mu.Lock()
 	s.closed = true
@@ -146,6 +161,14 @@ func (s *shard) wake() {
 // the same Write, the next start would write the older one after it (issue
 // 46: rv 2, 1, 2).
 func (s *shard) take(ctx context.Context, buf []*entry, max int, distinct bool) ([]*entry, *barrier) {
+	return s.takeUntil(ctx, buf, max, distinct, nil, nil)
+}
+
+// takeUntil is take that also returns, with nothing, when until fires, and
+// that leaves the entries of the keys skip names where they are: queued,
+// so that a full buffer folds newer changes into them. It waits while
+// every entry before the next barrier is skipped.
+func (s *shard) takeUntil(ctx context.Context, buf []*entry, max int, distinct bool, until <-chan time.Time, skip func(key string) bool) ([]*entry, *barrier) {
 	for {
 		s.mu.Lock()
 		if s.head < len(s.q) {
@@ -160,22 +183,28 @@ func (s *shard) take(ctx context.Context, buf []*entry, max int, distinct bool) 
 				}
 				clear(s.keys)
 			}
-			for s.head < len(s.q) && len(buf) < max && s.q[s.head].barrier == nil {
-				e := s.q[s.head]
-				if distinct {
-					if _, again := s.keys[e.key]; again {
-						break
+			if skip == nil {
+				for s.head < len(s.q) && len(buf) < max && s.q[s.head].barrier == nil {
+					e := s.q[s.head]
+					if distinct {
+						if _, again := s.keys[e.key]; again {
+							break
+						}
+						s.keys[e.key] = struct{}{}
 					}
-					s.keys[e.key] = struct{}{}
+					s.pop()
+					if s.pending[e.key] == e {
+						delete(s.pending, e.key)
+					}
+					buf = append(buf, e)
 				}
-				s.pop()
-				if s.pending[e.key] == e {
-					delete(s.pending, e.key)
-				}
-				buf = append(buf, e)
+				s.mu.Unlock()
+				return buf, nil
 			}
-			s.mu.Unlock()
-			return buf, nil
+			if buf = s.takeSkipping(buf, max, distinct, skip); len(buf) > 0 {
+				s.mu.Unlock()
+				return buf, nil
+			}
 		}
 		closed := s.closed
 		s.mu.Unlock()
@@ -184,10 +213,45 @@ func (s *shard) take(ctx context.Context, buf []*entry, max int, distinct bool) 
 		}
 		select {
 		case <-s.notify:
+		case <-until:
+			return buf, nil
 		case <-ctx.Done():
 			return buf, nil
 		}
 	}
+}
+
+// takeSkipping moves up to max entries before the next barrier onto buf,
+// in order, passing over those of the keys skip names, which keep their
+// places; with distinct, it passes over a second entry of a key too (see
+// take), which keeps its place after the first. s.mu is held.
+func (s *shard) takeSkipping(buf []*entry, max int, distinct bool, skip func(key string) bool) []*entry {
+	w, i := s.head, s.head
+	for ; i < len(s.q) && len(buf) < max && s.q[i].barrier == nil; i++ {
+		e := s.q[i]
+		_, again := s.keys[e.key]
+		if skip(e.key) || distinct && again {
+			s.q[w] = e
+			w++
+			continue
+		}
+		if distinct {
+			s.keys[e.key] = struct{}{}
+		}
+		if s.pending[e.key] == e {
+			delete(s.pending, e.key)
+		}
+		buf = append(buf, e)
+	}
+	if w < i {
+		n := copy(s.q[w:], s.q[i:])
+		clear(s.q[w+n:])
+		s.q = s.q[:w+n]
+		if s.head == len(s.q) {
+			s.q, s.head = s.q[:0], 0
+		}
+	}
+	return buf
 }
 
 // pop drops the head. The backing array is reused once the queue empties, and

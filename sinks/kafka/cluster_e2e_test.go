@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
+
 	"github.com/kubewire/kubewire/dispatch"
 	"github.com/kubewire/kubewire/dispatch/spool"
 	"github.com/kubewire/kubewire/informer"
@@ -95,6 +97,40 @@ func TestE2EClusterOfThreeBrokersKeepsEveryChangeOnceAndInOrderWhileLeadersMove(
 		l.flowing("after broker " + strconv.Itoa(b.ID) + " rejoined")
 		l.mustHaveShrunkISR()
 		l.finish("SIGSTOP of a leader past replica.lag.time.max.ms, SIGCONT")
+	})
+
+	t.Run("a frozen leader holds back only the partitions it leads", func(t *testing.T) {
+		l := startClusterLoad(t, c, "kafka-cluster-stall", false)
+		l.flowing("before the freeze")
+		b := c.Broker(l.busiestLeader())
+		own := l.isolate(b.ID)
+		l.flowing("after broker " + strconv.Itoa(b.ID) + " was left leading partitions " + fmt.Sprint(own) + " alone")
+		others := slices.DeleteFunc([]int{0, 1, 2, 3, 4, 5}, func(p int) bool { return slices.Contains(own, p) })
+		w0, o0 := l.writtenTo(), l.endOffsets(others, b.ID)
+		b.Pause()
+		frozen := time.Now()
+		// Measured while the frozen broker still leads its partitions:
+		// once the controller moves them (after the broker session
+		// timeout, 9 s), a dispatcher that waited for them catches up,
+		// and a window that ran on would hide the stall.
+		led := l.whileLeading(b.ID, own, frozen, stallFreeze)
+		w1, o1 := l.writtenTo(), l.endOffsets(others, b.ID)
+		window := time.Since(frozen)
+		// The fault lasts stallFreeze; nothing is waited for.
+		<-time.After(time.Until(frozen.Add(stallFreeze)))
+		b.Resume()
+		t.Logf("measured for %v after broker %d was frozen (%s)", window.Round(time.Millisecond), b.ID, led)
+		for _, p := range others {
+			written, published := w1[p]-w0[p], o1[p]-o0[p]
+			t.Logf("partition %d, led by another broker: %d changes written and %d records published (%.0f%%)",
+				p, written, published, 100*float64(published)/float64(max(written, 1)))
+			if written == 0 || float64(published) < 0.8*float64(written) {
+				t.Errorf("partition %d published %d records while %d changes were written to it; want at least 80%%", p, published, written)
+			}
+		}
+		c.WaitInSync(t, time.Minute, l.topic)
+		l.flowing("after broker " + strconv.Itoa(b.ID) + " was resumed")
+		l.finish("SIGSTOP 15 s of the leader of 2 partitions whose other partitions have no replica on it, SIGCONT")
 	})
 
 	t.Run("two brokers down spool everything and deliver once one returns", func(t *testing.T) {
@@ -447,6 +483,153 @@ func (l *clusterLoad) rotateLeaders() {
 		}
 		return true
 	}, func() string { return why })
+}
+
+// stallFreeze is how long the frozen-leader fault keeps its broker
+// stopped: longer than the broker session timeout (9 s), so the controller
+// moves the frozen node's leaderships while the other partitions are
+// measured.
+const stallFreeze = 15 * time.Second
+
+// isolate leaves node id leading partitions 0 and 3 of the topic and no
+// replica of the others, and returns the partitions it leads. With three
+// replicas of every partition on three nodes and acks=all, a frozen node
+// would hold back every partition (a follower too, until it leaves the
+// in-sync replicas after replica.lag.time.max.ms): that is the cluster,
+// not kubewire. The others keep two replicas, as min.insync.replicas asks.
+func (l *clusterLoad) isolate(id int) []int {
+	l.t.Helper()
+	var rest []int
+	for _, b := range l.c.Brokers {
+		if b.ID != id {
+			rest = append(rest, b.ID)
+		}
+	}
+	own := []int{0, 3}
+	want := map[int][]int{}
+	for p := range 6 {
+		if slices.Contains(own, p) {
+			want[p] = []int{id, rest[p%2], rest[(p+1)%2]}
+		} else {
+			want[p] = []int{rest[p%2], rest[(p+1)%2]}
+		}
+	}
+	ctx := context.Background()
+	if err := l.c.Reassign(ctx, l.topic, want); err != nil {
+		l.t.Fatal(err)
+	}
+	var why string
+	testkit.Within(l.t, time.Minute, "the replicas moved off broker "+strconv.Itoa(id), func() bool {
+		ps, err := l.c.Partitions(ctx, l.topic)
+		if err != nil {
+			why = err.Error()
+			return false
+		}
+		for _, p := range ps {
+			if !slices.Equal(p.Replicas, want[p.ID]) {
+				why = fmt.Sprintf("partition %d has replicas %v, want %v", p.ID, p.Replicas, want[p.ID])
+				return false
+			}
+		}
+		if err := l.c.ElectPreferred(ctx, l.topic, []int{0, 1, 2, 3, 4, 5}); err != nil {
+			why = err.Error()
+			return false
+		}
+		for _, p := range ps {
+			if p.Leader != want[p.ID][0] {
+				why = fmt.Sprintf("partition %d is led by %d, want %d", p.ID, p.Leader, want[p.ID][0])
+				return false
+			}
+		}
+		return true
+	}, func() string { return why })
+	return own
+}
+
+// whileLeading returns when node id no longer leads one of partitions own,
+// as the load's samples taken after since show, or when limit has passed
+// since since; it says which.
+func (l *clusterLoad) whileLeading(id int, own []int, since time.Time, limit time.Duration) string {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		<-tick.C
+		if time.Since(since) >= limit {
+			return "it still led its partitions"
+		}
+		l.tmu.Lock()
+		var moved []int
+		if n := len(l.samples); n > 0 && l.samples[n-1].at.After(since) {
+			for _, p := range l.samples[n-1].parts {
+				if slices.Contains(own, p.ID) && p.Leader != id {
+					moved = append(moved, p.ID)
+				}
+			}
+		}
+		l.tmu.Unlock()
+		if len(moved) > 0 {
+			return fmt.Sprintf("until the controller moved the leadership of partitions %v", moved)
+		}
+	}
+}
+
+// writtenTo counts the changes the load has enqueued so far per partition
+// of the topic (murmur2 of the key, as the sink places them).
+func (l *clusterLoad) writtenTo() map[int]int64 {
+	l.t.Helper()
+	bal, err := kafka.NewBalancer(kafka.BalancerMurmur2)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := map[int]int64{}
+	for key, rvs := range l.written {
+		p := bal.Balance(kafkago.Message{Key: []byte(key)}, 0, 1, 2, 3, 4, 5)
+		n[p] += int64(len(rvs))
+	}
+	return n
+}
+
+// endOffsets reads, from the brokers other than skip, the end offsets of
+// partitions of the topic: what they acknowledged to every in-sync
+// replica. A leader elected a moment ago answers OFFSET_NOT_AVAILABLE
+// until its high watermark has caught up: asked again until it has.
+func (l *clusterLoad) endOffsets(partitions []int, skip int) map[int]int64 {
+	l.t.Helper()
+	var addrs []string
+	for _, b := range l.c.Live() {
+		if b.ID != skip {
+			addrs = append(addrs, b.Addr)
+		}
+	}
+	tr := &kafkago.Transport{DialTimeout: 2 * time.Second}
+	defer tr.CloseIdleConnections()
+	cl := &kafkago.Client{Addr: kafkago.TCP(addrs...), Timeout: 10 * time.Second, Transport: tr}
+	var reqs []kafkago.OffsetRequest
+	for _, p := range partitions {
+		reqs = append(reqs, kafkago.LastOffsetOf(p))
+	}
+	var out map[int]int64
+	var why string
+	testkit.Within(l.t, 10*time.Second, "the end offsets of "+l.topic, func() bool {
+		res, err := cl.ListOffsets(context.Background(), &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{l.topic: reqs}})
+		if err != nil {
+			why = err.Error()
+			return false
+		}
+		out = map[int]int64{}
+		for _, po := range res.Topics[l.topic] {
+			if po.Error != nil {
+				why = fmt.Sprintf("partition %d: %v", po.Partition, po.Error)
+				return false
+			}
+			out[po.Partition] = po.LastOffset
+		}
+		why = fmt.Sprintf("offsets of %d partitions, want %d: %v", len(out), len(partitions), out)
+		return len(out) == len(partitions)
+	}, func() string { return why })
+	return out
 }
 
 // waitISRWithout waits until node id has left the in-sync replicas of some

@@ -85,3 +85,11 @@ var (
 	SequenceErrors = mSequenceErrors
 	PossibleDups   = mPossibleDuplicates
 )
+
+// SetStallAfter sets how long a partition's request may be in flight
+// before Writes stop waiting for it, until t ends.
+func SetStallAfter(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := stallAfter
+	stallAfter = d
+	t.Cleanup(func() { stallAfter = old })
+}

@@ -10,15 +10,23 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/kubewire/kubewire/sinks"
 )
 
 // Unit states. A unit moves from queued to taken (by its partition loop,
 // which then always reports an outcome) or to abandoned (by its Write,
-// which gave up first); never both.
+// which gave up first); never both. A taken unit moves on to answered (the
+// loop reported its outcome to a Write still waiting) or to left (its
+// Write stopped waiting because the partition stalled): the loop then
+// keeps what the broker acknowledged of it as resolved, so that the
+// Write's retry does not send it again.
 const (
 	unitQueued int32 = iota
 	unitTaken
 	unitAbandoned
+	unitAnswered
+	unitLeft
 )
 
 // unit is one Write's records for one partition. Its records are sent
@@ -48,16 +56,101 @@ func newUnit(records []record) *unit {
 // queued, it is withdrawn; once its request is on the wire, wait keeps
 // waiting for the outcome (bounded by requestTimeout), because returning
 // early would let the request land after the dispatcher moved on.
-func (u *unit) wait(ctx context.Context) error {
+//
+// The one exception is a stalled partition (see partition.stalled): a Write
+// holds events of many partitions, and waiting out one whose leader stopped
+// answering would hold back every other partition's next events too. The
+// unit is then withdrawn if it is still queued, or left to the partition
+// if it is on the wire. A left unit's records cannot land out of order:
+// the partition sends nothing else until its request is answered or given
+// up, a request in doubt goes out again unchanged before anything newer
+// (idempotent.go), and what the broker acknowledged of a left unit is
+// resolved, so the retry of its Write skips it (partition.skipResolved).
+func (u *unit) wait(ctx context.Context, p *partition) error {
 	select {
 	case err := <-u.done:
 		return err
-	case <-ctx.Done():
-		if u.state.CompareAndSwap(unitQueued, unitAbandoned) {
-			return fmt.Errorf("kafka: withdrawn before it was sent: %w", ctx.Err())
-		}
-		return <-u.done
+	default:
 	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		d := p.untilStalled(time.Now())
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case err := <-u.done:
+			return err
+		case <-ctx.Done():
+			if u.state.CompareAndSwap(unitQueued, unitAbandoned) {
+				return fmt.Errorf("kafka: withdrawn before it was sent: %w", ctx.Err())
+			}
+			return <-u.done
+		case now := <-timer.C:
+			if !p.stalled(now) {
+				continue
+			}
+			if u.state.CompareAndSwap(unitQueued, unitAbandoned) {
+				return p.stallError(sinks.ErrNotSent)
+			}
+			if u.state.CompareAndSwap(unitTaken, unitLeft) {
+				return p.stallError(errLeftInFlight)
+			}
+			return <-u.done
+		}
+	}
+}
+
+// errLeftInFlight is the reason of events whose request was on the wire
+// when their Write stopped waiting for a stalled partition: the broker may
+// append them yet.
+var errLeftInFlight = errors.New("its request is still in flight")
+
+// stallAfter is how long a partition's request may go unanswered before
+// Writes stop waiting for the partition: the leader waits at most
+// brokerAckTimeout for its followers and then answers, so a request this
+// much older than that has met a leader that stopped answering. Each Write
+// reads it through Sink.stallAfter; a variable for the tests.
+var stallAfter = 4 * brokerAckTimeout
+
+// untilStalled is how long from now until p counts as stalled if its
+// current request stays unanswered; stallAfter while it has none.
+func (p *partition) untilStalled(now time.Time) time.Duration {
+	limit := p.s.stallAfter()
+	since := p.busySince.Load()
+	if since == 0 {
+		return limit
+	}
+	return max(limit-now.Sub(time.Unix(0, since)), time.Millisecond)
+}
+
+// stalled reports whether p has had a request unanswered for stallAfter.
+func (p *partition) stalled(now time.Time) bool {
+	since := p.busySince.Load()
+	return since != 0 && now.Sub(time.Unix(0, since)) >= p.s.stallAfter()
+}
+
+// errStalled marks the events of a unit whose Write stopped waiting for its
+// stalled partition. How much of the unit the broker took is not known to
+// the Write: all of its events failed.
+var errStalled = errors.New("partition stalled")
+
+func (p *partition) stallError(err error) error {
+	return fmt.Errorf("kafka: %s[%d] has had a request unanswered for more than %v: %w: %w",
+		p.topic, p.id, p.s.stallAfter(), errStalled, err)
+}
+
+// stallAfter is the package's stallAfter. A requestTimeout shorter than it
+// gives a request up before it counts as stalled, and Writes wait for it.
+func (s *Sink) stallAfter() time.Duration {
+	return stallAfter
 }
 
 // partition owns the produce requests of one topic partition.
@@ -71,6 +164,9 @@ type partition struct {
 	wake  chan struct{}
 	// last is when the latest unit arrived (see arrive).
 	last time.Time
+	// busySince is when the request on the wire went out, in Unix
+	// nanoseconds; 0 while none is (see stalled).
+	busySince atomic.Int64
 
 	// producer, objects (the objects in the request being built), pending
 	// and resolved are used by run's goroutine only.
@@ -131,6 +227,9 @@ func (p *partition) run(ctx context.Context) {
 				// writes them again, under another producer id.
 				p.s.possibleDuplicates(dupClosed, len(p.pending.records))
 			}
+			// Acknowledged after their Write stopped waiting, and never
+			// asked for again: the next process writes them again.
+			p.s.possibleDuplicates(dupClosed, len(p.resolved))
 			return
 		}
 		p.send(batch)
@@ -297,6 +396,13 @@ func (p *partition) send(batch []*unit) {
 	clear(all)
 	p.items = all[:0]
 	for _, u := range batch {
+		if !u.state.CompareAndSwap(unitTaken, unitAnswered) {
+			// Its Write stopped waiting (see unit.wait) and failed all of
+			// it: the retry must skip what the broker took.
+			for _, r := range u.records[:u.sent] {
+				p.resolved[recordKey{r.src, r.kind}] = struct{}{}
+			}
+		}
 		if u.sent == len(u.records) {
 			u.done <- nil
 		} else {
@@ -360,7 +466,9 @@ func setRecords(recs []kafkago.Record, bs []payload, rs []record) {
 func (p *partition) roundTrip(rs []record, do func(deadline time.Time) (*kafkago.ProduceResponse, error)) error {
 	s := p.s
 	start := time.Now()
+	p.busySince.Store(start.UnixNano())
 	res, err := do(start.Add(s.cfg.RequestTimeout.Duration))
+	p.busySince.Store(0)
 	m := s.series()
 	m.observeProduce(time.Since(start).Seconds())
 	if err == nil && res != nil && res.Error != nil && !errors.Is(res.Error, kafkago.DuplicateSequenceNumber) {

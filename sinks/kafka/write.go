@@ -259,25 +259,40 @@ func (o *outcomes) failFrom(g *group, first int, err error) {
 // the oversized events fall back to a reference payload.
 func (s *Sink) send(ctx context.Context, groups []*group, o *outcomes) {
 	units := make([]*unit, len(groups))
+	now := time.Now()
 	for i, g := range groups {
+		if g.p.stalled(now) {
+			// Queued behind a request that gets no answer, the records
+			// would only wait there; the dispatcher writes them again.
+			o.failFrom(g, 0, g.p.stallError(sinks.ErrNotSent))
+			continue
+		}
 		units[i] = newUnit(g.records)
 		g.p.submit(units[i])
 	}
 	var tooLarge []int
 	for i, u := range units {
+		if u == nil {
+			continue
+		}
+		err := u.wait(ctx, groups[i].p)
 		// sent is the unit's acknowledged prefix, set before its outcome
-		// was reported (0 if it was withdrawn).
-		err := u.wait(ctx)
+		// was reported (0 if it was withdrawn). A Write that stopped
+		// waiting does not know it: the loop may still be setting it.
+		sent := 0
+		if !errors.Is(err, errStalled) {
+			sent = u.sent
+		}
 		if o.markers {
-			s.notePlacedMarkers(groups[i].p, groups[i].records[:u.sent])
+			s.notePlacedMarkers(groups[i].p, groups[i].records[:sent])
 		}
 		switch {
 		case err == nil:
 		case errors.Is(err, sinks.ErrTooLarge):
 			tooLarge = append(tooLarge, i)
 		default:
-			s.notePlacedEvent(groups[i], u.sent)
-			o.failFrom(groups[i], u.sent, err)
+			s.notePlacedEvent(groups[i], sent)
+			o.failFrom(groups[i], sent, err)
 		}
 	}
 	for _, i := range tooLarge {
@@ -327,7 +342,7 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, o *outcomes
 		}
 		u := newUnit([]record{r})
 		g.p.submit(u)
-		err := u.wait(ctx)
+		err := u.wait(ctx, g.p)
 		if err == nil {
 			if o.markers {
 				s.notePlacedMarkers(g.p, u.records[:u.sent])
@@ -349,7 +364,7 @@ func (s *Sink) sendOneByOne(ctx context.Context, g *group, skip int, o *outcomes
 		rr.src, rr.idx = r.src, r.idx
 		u = newUnit([]record{rr})
 		g.p.submit(u)
-		rerr = u.wait(ctx)
+		rerr = u.wait(ctx, g.p)
 		switch {
 		case rerr == nil:
 			mOversized.WithLabelValues(s.name, "reference").Inc()

@@ -1,0 +1,145 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kubewire/kubewire/dispatch"
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/informer"
+	"github.com/kubewire/kubewire/internal/base/config"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/sinks/kafka"
+	"github.com/kubewire/kubewire/sinks/sinktest"
+)
+
+// One partition's leader stops answering (the fake broker holds every
+// request to that partition) while a dispatcher with several shards writes
+// changes of many objects. Every shard's batches hold objects of every
+// partition; still, the other partitions must take all of their changes
+// while the stalled one waits. Then the held request is appended after all
+// (its Write had given up on it, so the dispatcher writes those events
+// again): every change is in the topic once, in order.
+func TestAStalledPartitionHoldsBackOnlyItsOwnObjects(t *testing.T) {
+	kafka.SetStallAfter(t, 300*time.Millisecond)
+	f := startFake(t)
+	const partitions = 4
+	s, prefix := newSink(t, f.addr(), partitions, func(k *kafka.Config) {
+		// Longer than the test: the stalled request is never given up by
+		// its deadline, only by the broker answering at last.
+		k.RequestTimeout = config.NewDuration(time.Minute)
+	})
+	topic := widgetTopic(prefix)
+	connect(t, s)
+	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1)) // creates the topic
+
+	bal, err := kafka.NewBalancer(kafka.BalancerMurmur2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partitionOf := func(name string) int {
+		ev := mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", name, 1))
+		return bal.Balance(kafkago.Message{Key: []byte(ev.Extension(encoding.ExtPartitionKey))}, 0, 1, 2, 3)
+	}
+	const stalled = 0
+	release := make(chan struct{})
+	var held atomic.Int32
+	f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.c.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if len(pr.Topics) == 1 && pr.Topics[0].Topic == topic && pr.Topics[0].Partitions[0].Partition == stalled {
+			held.Add(1)
+			f.c.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+
+	d := dispatch.NewDispatcher("kafka-stall", s, dispatch.Options{
+		Shards: 4, BatchSize: 20, RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	d.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Close(ctx)
+	})
+
+	const objects, versions = 40, 15
+	want := map[int]int{} // partition -> changes written to it
+	written := map[string][]int{}
+	for rv := 2; rv < 2+versions; rv++ {
+		for o := range objects {
+			name := "cm-" + strconv.Itoa(o)
+			d.Enqueue(dispatch.NewItem(sinktest.Change(informer.OpUpdated, "team-a", name, rv)))
+			want[partitionOf(name)]++
+			written[name] = append(written[name], rv)
+		}
+	}
+	if want[stalled] == 0 || want[stalled] == objects*versions {
+		t.Fatalf("the objects do not spread over the partitions: %v", want)
+	}
+	count := func() map[int]int {
+		got := map[int]int{}
+		for _, r := range readTopic(context.Background(), t, f.addr(), topic) {
+			if string(r.key) != "" && r.headers["ce_name"] != nil && string(r.headers["ce_name"]) != "warm-up" {
+				got[r.partition]++
+			}
+		}
+		return got
+	}
+	start := time.Now()
+	var got map[int]int
+	testkit.Within(t, 10*time.Second, "the partitions that are not stalled to take every change written to them", func() bool {
+		got = count()
+		for p := range partitions {
+			if p != stalled && got[p] < want[p] {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		return fmt.Sprintf("the topic holds %v of %v; %d requests to the stalled partition held", got, want, held.Load())
+	})
+	t.Logf("the other partitions took all %d of their changes in %v while partition %d was stalled",
+		objects*versions-want[stalled], time.Since(start).Round(time.Millisecond), stalled)
+	if held.Load() == 0 {
+		t.Fatal("no request to the stalled partition was held: the stall did not happen")
+	}
+
+	close(release)
+	released = true
+	testkit.Within(t, 20*time.Second, "the dispatcher to deliver everything", func() bool { return d.Queued() == 0 },
+		func() string { return strconv.Itoa(d.Queued()) + " queued" })
+	got = map[int]int{}
+	seen := map[string][]int{}
+	for _, ev := range decodeRecords(t, readTopic(context.Background(), t, f.addr(), topic)) {
+		name := ev.Extensions()[encoding.ExtName].(string)
+		if name == "warm-up" {
+			continue
+		}
+		rv, _ := strconv.Atoi(ev.Extensions()[encoding.ExtResourceVersion].(string))
+		seen[name] = append(seen[name], rv)
+	}
+	for name, rvs := range written {
+		if !slices.Equal(seen[name], rvs) {
+			t.Errorf("%s: the topic holds versions %v, want each of %v once, in order", name, seen[name], rvs)
+		}
+	}
+}
