@@ -107,7 +107,7 @@ func (v *View) problem(p consumer.Problem) {
 
 // Apply applies one event by the consumer's rule.
 func (v *View) Apply(ev *event.Event) {
-	if t := ev.Type(); t != encoding.TypeSnapshotStarted && t != encoding.TypeSnapshotCompleted && t != encoding.TypeGap {
+	if t := ev.Type(); t != encoding.TypeSnapshotStarted && t != encoding.TypeSnapshotCompleted && t != encoding.TypeGap && t != encoding.TypeRemoved {
 		v.Events++
 	}
 	if v.ids == nil {
