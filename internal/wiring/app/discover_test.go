@@ -1,0 +1,270 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/internal/base/checkpoint"
+	"github.com/kubewire/kubewire/internal/testing/apptest"
+	"github.com/kubewire/kubewire/internal/testing/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/internal/wiring/app"
+)
+
+// discoverConfig selects every resource of the groups under root, with a
+// filter and a redaction that must hold for each.
+func discoverConfig(root string) string {
+	return fmt.Sprintf(`apiVersion: kubewire.io/v1alpha1
+kind: Config
+cluster: test
+sinks:
+  - {name: out, type: stdout}
+resources:
+  - discover:
+      groups: ["*.%s"]
+    filter: "object.metadata.name != 'hidden'"
+    redact: [{path: spec.token}]
+    snapshotInterval: 0
+    sinks: [out]
+`, root)
+}
+
+// events of one resource (by key prefix), in order.
+func eventsOf(evs []event.Event, prefix string) []event.Event {
+	var out []event.Event
+	for _, ev := range evs {
+		k := ext(ev, encoding.ExtPartitionKey)
+		if k == prefix || strings.HasPrefix(k, prefix+"/") {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func typesOf(evs []event.Event) []string {
+	var ts []string
+	for _, ev := range evs {
+		ts = append(ts, strings.TrimPrefix(ev.Type(), encoding.TypePrefix))
+	}
+	return ts
+}
+
+func deleteCRD(t *testing.T, name string) {
+	t.Helper()
+	if err := crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete CRD %s: %v", name, err)
+	}
+	testkit.Eventually(t, "CRD "+name+" to be gone", func() bool {
+		_, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(context.Background(), name, metav1.GetOptions{})
+		return err != nil
+	})
+}
+
+func createWidget(t *testing.T, gvr schema.GroupVersionResource, ns, name string, token string) {
+	t.Helper()
+	w := widget(ns, name, 1)
+	w.SetAPIVersion(gvr.GroupVersion().String())
+	_ = unstructured.SetNestedField(w.Object, token, "spec", "token")
+	if _, err := dyn.Resource(gvr).Namespace(ns).Create(context.Background(), w, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create %s %s: %v", gvr.Resource, name, err)
+	}
+}
+
+// TestADiscoverEntryFollowsCRDsAsTheyComeAndGoAndKeepsItsFiltersAndRedaction
+// runs the issue's discovery cases against one real apiserver, in one run
+// of kubewire, to keep the CI budget.
+func TestADiscoverEntryFollowsCRDsAsTheyComeAndGoAndKeepsItsFiltersAndRedaction(t *testing.T) {
+	ctx := context.Background()
+	root := unique("disc") + ".example.com"
+	ns := namespace(t)
+	a := installCRD(t, "a."+root)
+	createWidget(t, a, ns, "w1", "s3cret")
+	createWidget(t, a, ns, "hidden", "x")
+
+	// An aggregated API whose Service does not exist: discovery of its
+	// group fails, and the rest must stream anyway.
+	broken := "broken." + root
+	apisvc := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	svc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": "v1." + broken},
+		"spec": map[string]any{"group": broken, "version": "v1", "groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
+			"insecureSkipTLSVerify": true, "service": map[string]any{"namespace": "default", "name": "missing"}},
+	}}
+	if _, err := dyn.Resource(apisvc).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dyn.Resource(apisvc).Delete(context.Background(), "v1."+broken, metav1.DeleteOptions{}) })
+
+	k := start(t, discoverConfig(root), testcluster.AdminUser)
+	prefixA := "widgets.a." + root
+
+	t.Run("what discovery finds streams starting with its snapshot, filtered and redacted", func(t *testing.T) {
+		evs := k.WaitFor(t, prefixA+" snapshot", completed(prefixA))
+		got := eventsOf(evs, prefixA)
+		if ts := typesOf(got); !slices.Equal(ts, []string{"snapshot.started", "object.synced", "snapshot.completed"}) {
+			t.Fatalf("events of %s: %v; want the snapshot of w1 alone (hidden is filtered out)", prefixA, ts)
+		}
+		token, _, _ := unstructured.NestedString(asObject(t, got[1]), "spec", "token")
+		if !strings.HasPrefix(token, "sha256:") {
+			t.Errorf("spec.token = %q; the discover entry's redaction did not apply", token)
+		}
+	})
+
+	t.Run("a group whose discovery fails is reported and holds nothing back", func(t *testing.T) {
+		testkit.Eventually(t, "readiness to name "+broken, func() bool {
+			r := k.App.Readiness()
+			return r.Ready && slices.Contains(r.DiscoveryFailed, broken+"/v1")
+		}, func() string { return fmt.Sprintf("%+v", k.App.Readiness()) })
+	})
+
+	t.Run("a CRD installed while objects churn streams within 30s, starting with its snapshot", func(t *testing.T) {
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w := widget(ns, fmt.Sprintf("churn-%d", i), int64(i))
+				w.SetAPIVersion(a.GroupVersion().String())
+				_, _ = dyn.Resource(a).Namespace(ns).Create(ctx, w, metav1.CreateOptions{})
+			}
+		}()
+		b := installCRD(t, "b."+root)
+		createWidget(t, b, ns, "w2", "t")
+		prefixB := "widgets.b." + root
+		var evs []event.Event
+		testkit.Within(t, 30*time.Second, prefixB+" to stream w2", func() bool {
+			evs = eventsOf(k.Events(t), prefixB)
+			return slices.ContainsFunc(evs, func(ev event.Event) bool { return ext(ev, encoding.ExtName) == "w2" })
+		})
+		close(stop)
+		wg.Wait()
+		if evs[0].Type() != encoding.TypeSnapshotStarted {
+			t.Errorf("the first event of %s is %s; want snapshot.started", prefixB, evs[0].Type())
+		}
+	})
+
+	t.Run("a CRD deleted with objects streams their deletes, then resource.removed, then nothing", func(t *testing.T) {
+		before := eventsOf(k.Events(t), prefixA)
+		live := map[string]bool{}
+		for _, ev := range before {
+			switch ev.Type() {
+			case encoding.TypeSynced, encoding.TypeAdded, encoding.TypeUpdated:
+				live[ext(ev, encoding.ExtName)] = true
+			case encoding.TypeDeleted:
+				delete(live, ext(ev, encoding.ExtName))
+			}
+		}
+		deleteCRD(t, "widgets.a."+root)
+		evs := k.WaitFor(t, prefixA+" resource.removed", func(evs []event.Event) bool {
+			return slices.ContainsFunc(eventsOf(evs, prefixA), func(ev event.Event) bool { return ev.Type() == encoding.TypeRemoved })
+		})
+		after := eventsOf(evs, prefixA)[len(before):]
+		last := after[len(after)-1]
+		if last.Type() != encoding.TypeRemoved {
+			t.Fatalf("events after resource.removed: %v", typesOf(after))
+		}
+		for _, ev := range after[:len(after)-1] {
+			if ev.Type() == encoding.TypeDeleted {
+				delete(live, ext(ev, encoding.ExtName))
+			}
+		}
+		// A healthy watch sees every delete the finalizer makes, ahead of
+		// resource.removed.
+		if len(live) > 0 {
+			t.Errorf("objects without a delete before resource.removed: %v", live)
+		}
+		if want := prefixA + "/removed/"; !strings.HasPrefix(last.ID(), want) || len(last.ID()) == len(want) {
+			t.Errorf("resource.removed id %q; want %s<uid of the CRD>", last.ID(), want)
+		}
+	})
+
+	t.Run("a CRD created again under the same name streams afresh, after the old one's removal", func(t *testing.T) {
+		n := len(eventsOf(k.Events(t), prefixA))
+		a2 := installCRD(t, "a."+root)
+		createWidget(t, a2, ns, "w3", "t")
+		evs := k.WaitFor(t, "w3", func(evs []event.Event) bool {
+			return slices.ContainsFunc(eventsOf(evs, prefixA)[n:], func(ev event.Event) bool { return ext(ev, encoding.ExtName) == "w3" })
+		})
+		again := eventsOf(evs, prefixA)[n:]
+		if again[0].Type() != encoding.TypeSnapshotStarted {
+			t.Errorf("the re-created resource's first event is %s; want snapshot.started: %v", again[0].Type(), typesOf(again))
+		}
+	})
+}
+
+func asObject(t *testing.T, ev event.Event) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := ev.DataAs(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestARestartDoesNotResumeACRDCreatedAgainUnderTheSameNameNorStreamItsOwnCheckpointLease
+// restarts kubewire with a checkpoint across a delete and re-create of a
+// CRD: the new resource must start with a snapshot, not resume.
+func TestARestartDoesNotResumeACRDCreatedAgainUnderTheSameNameNorStreamItsOwnCheckpointLease(t *testing.T) {
+	ctx := context.Background()
+	root := unique("again") + ".example.com"
+	ns := namespace(t)
+	a := installCRD(t, "a."+root)
+	createWidget(t, a, ns, "w1", "t")
+	rc := cluster.RESTConfig(testcluster.AdminUser)
+	store := func() *checkpoint.Store {
+		s, err := checkpoint.New(rc, ns, "cp", slog.Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	prefix := "widgets.a." + root
+	// Leases of the namespace are streamed too, by an explicit entry: the
+	// checkpoint's own Lease, written every 100ms, must not be.
+	cfg := discoverConfig(root) + fmt.Sprintf("  - {group: coordination.k8s.io, version: v1, resource: leases, namespaces: [%s], sinks: [out]}\n", ns)
+	opts := func(o *app.Options) {
+		o.Checkpoint, o.CheckpointInterval, o.OwnLeases = store(), 100*time.Millisecond, []string{"cp"}
+	}
+	k := apptest.StartWith(t, cfg, rc, opts)
+	k.WaitFor(t, prefix+" snapshot", completed(prefix))
+	testkit.Eventually(t, "the checkpoint to hold "+prefix, func() bool {
+		e, err := store().Load(ctx)
+		return err == nil && len(e[prefix].Streams) > 0 && e[prefix].UID != ""
+	})
+	k.Shutdown(t)
+
+	deleteCRD(t, "widgets.a."+root)
+	a = installCRD(t, "a."+root)
+	createWidget(t, a, ns, "w2", "t")
+
+	k2 := apptest.StartWith(t, cfg, rc, opts)
+	evs := k2.WaitFor(t, "w2", has(prefix+"/"+ns+"/w2", "any"))
+	for _, ev := range append(k.Events(t), evs...) {
+		if ext(ev, encoding.ExtPartitionKey) == "leases.coordination.k8s.io/"+ns+"/cp" {
+			t.Fatalf("kubewire streamed its own checkpoint Lease: %s %s", ev.Type(), ev.ID())
+		}
+	}
+	got := eventsOf(evs, prefix)
+	if ts := typesOf(got); len(ts) == 0 || ts[0] != "snapshot.started" || slices.Contains(ts, "watch.gap") {
+		t.Errorf("events of the re-created resource: %v; want a fresh snapshot, no resume and no gap", ts)
+	}
+}
