@@ -34,6 +34,10 @@ import (
 const (
 	rediscoverEvery = 30 * time.Second
 	rediscoverSoon  = time.Second
+	// rediscoverSettle is how many more looks, rediscoverSoon apart, follow
+	// a change of a CRD: a version no longer served, say, leaves discovery
+	// a few seconds after the CRD says so.
+	rediscoverSettle = 10
 	// crdSyncTimeout bounds the wait for the first list of CRDs at start:
 	// without it (no permission to list them, say) discovery still runs,
 	// only without telling a removed resource from an unavailable one.
@@ -141,16 +145,25 @@ func (d *discoverer) run(ctx context.Context) {
 		every := time.NewTicker(rediscoverEvery)
 		defer every.Stop()
 		var soon <-chan time.Time
+		settle := 0
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-every.C:
 			case <-d.kick:
+				// The apiserver publishes a CRD's change in discovery a
+				// moment after the CRD itself: look again for a while.
+				settle = rediscoverSettle
 			case <-soon:
 			}
 			soon = nil
-			if d.reconcile(ctx) {
+			again := d.reconcile(ctx)
+			if settle > 0 {
+				settle--
+				again = true
+			}
+			if again {
 				soon = time.After(rediscoverSoon)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -267,4 +268,130 @@ func TestARestartDoesNotResumeACRDCreatedAgainUnderTheSameNameNorStreamItsOwnChe
 	if ts := typesOf(got); len(ts) == 0 || ts[0] != "snapshot.started" || slices.Contains(ts, "watch.gap") {
 		t.Errorf("events of the re-created resource: %v; want a fresh snapshot, no resume and no gap", ts)
 	}
+}
+
+// setServed sets which versions of the CRD name are served.
+func setServed(t *testing.T, name string, served map[string]bool) {
+	t.Helper()
+	ctx := context.Background()
+	testkit.Eventually(t, "the CRD's served versions to be updated", func() bool {
+		crd, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for i := range crd.Spec.Versions {
+			crd.Spec.Versions[i].Served = served[crd.Spec.Versions[i].Name]
+		}
+		_, err = crds.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, crd, metav1.UpdateOptions{})
+		return err == nil
+	})
+}
+
+func TestADiscoveredResourceKeepsItsStreamAcrossAChangeOfPreferredVersionAndWhileUnavailable(t *testing.T) {
+	ctx := context.Background()
+	root := unique("ver") + ".example.com"
+	group := "a." + root
+	ns := namespace(t)
+	name := "widgets." + group
+	v := func(n string, storage bool) apiextensionsv1.CustomResourceDefinitionVersion {
+		return apiextensionsv1.CustomResourceDefinitionVersion{Name: n, Served: true, Storage: storage,
+			Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr(true)}}}
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group:    group,
+			Names:    apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
+			Scope:    apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{v("v1", true), v("v2", false)},
+		},
+	}
+	if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v1 := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "widgets"}
+	waitServed(t, v1.GroupResource().WithVersion("v2"))
+	createWidget(t, v1, ns, "w1", "t")
+
+	k := start(t, discoverConfig(root), testcluster.AdminUser)
+	evs := k.WaitFor(t, "the snapshot", completed(name))
+	if src := eventsOf(evs, name)[1].Source(); !strings.Contains(src, "/"+group+"/v2/") {
+		t.Fatalf("source %s; want the preferred version v2", src)
+	}
+	key := name + "/" + ns + "/w1"
+	update := func(size int64) {
+		t.Helper()
+		testkit.Eventually(t, "w1 to be updated", func() bool {
+			u, err := dyn.Resource(v1).Namespace(ns).Get(ctx, "w1", metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			_ = unstructured.SetNestedField(u.Object, size, "spec", "size")
+			_, err = dyn.Resource(v1).Namespace(ns).Update(ctx, u, metav1.UpdateOptions{})
+			return err == nil
+		})
+	}
+	updatedTo := func(size int64) func([]event.Event) bool {
+		return func(evs []event.Event) bool {
+			for _, ev := range byKey(evs)[key] {
+				// A CRD update restarts the API server's watch cache of the
+				// resource, which then refuses the old version: the stream
+				// may go on through a declared gap and a snapshot.
+				if ev.Type() == encoding.TypeUpdated || ev.Type() == encoding.TypeSynced {
+					n, _, _ := unstructured.NestedFieldNoCopy(asObject(t, ev), "spec", "size")
+					if f, ok := n.(float64); ok && int64(f) == size {
+						return true
+					}
+				}
+			}
+			return false
+		}
+	}
+
+	// v2 no longer served: v1 is preferred. Same key, same checkpoint
+	// (no config-changed gap); only the version in source and apiVersion.
+	setServed(t, name, map[string]bool{"v1": true})
+	k.WaitLog(t, "preferred version changed", "to=v1")
+	update(2)
+	evs = k.WaitFor(t, "the update at v1", updatedTo(2))
+	last := byKey(evs)[key][len(byKey(evs)[key])-1]
+	if !strings.Contains(last.Source(), "/"+group+"/v1/") || ext(last, encoding.ExtAPIVersion) != group+"/v1" {
+		t.Errorf("after the change: source %s, apiversion %s; want v1", last.Source(), ext(last, encoding.ExtAPIVersion))
+	}
+
+	// No version served: the CRD exists, so the resource is unavailable,
+	// not removed; served again, it resumes where it was.
+	setServed(t, name, map[string]bool{})
+	testkit.Eventually(t, name+" to be unavailable", func() bool {
+		return slices.Contains(k.App.Readiness().Unavailable, name)
+	}, func() string { return fmt.Sprintf("%+v", k.App.Readiness()) })
+	setServed(t, name, map[string]bool{"v1": true})
+	waitServed(t, v1)
+	testkit.Eventually(t, name+" to be back", func() bool {
+		return !slices.Contains(k.App.Readiness().Unavailable, name)
+	})
+	update(3)
+	evs = k.WaitFor(t, "the update after the return", updatedTo(3))
+	if ts := typesOf(eventsOf(evs, name)); slices.Contains(ts, "resource.removed") || slices.Contains(ts, "object.deleted") {
+		t.Errorf("events of %s: %v; a version change or an unavailable resource is no delete", name, ts)
+	}
+	for _, ev := range eventsOf(evs, name) {
+		var g encoding.Gap
+		if ev.Type() == encoding.TypeGap && ev.DataAs(&g) == nil && g.Reason == "config-changed" {
+			t.Errorf("a config-changed gap: the version counted in the config hash")
+		}
+		if k := ext(ev, encoding.ExtPartitionKey); k != name && k != key {
+			t.Errorf("key %q; keys hold no version", k)
+		}
+	}
+}
+
+func count(ss []string, s string) int {
+	n := 0
+	for _, x := range ss {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }
