@@ -174,18 +174,9 @@ func (d *discoverer) run(ctx context.Context) {
 // version and keeps those kubewire can stream. Groups that fail are
 // recorded (metric, /readyz) and the rest is returned.
 func (d *discoverer) served() ([]schema.GroupVersionResource, error) {
-	lists, err := discovery.ServerPreferredResources(d.disc)
-	var failed []string
+	gvrs, failed, err := ServedResources(d.disc, d.log)
 	if err != nil {
-		var gerr *discovery.ErrGroupDiscoveryFailed
-		if !errors.As(err, &gerr) {
-			return nil, err
-		}
-		for gv, e := range gerr.Groups {
-			failed = append(failed, gv.String())
-			d.log.Warn("discovery of a group failed; its resources are not streamed until it answers, the others are", "groupVersion", gv.String(), "err", e)
-		}
-		sort.Strings(failed)
+		return nil, err
 	}
 	d.mu.Lock()
 	for _, gv := range d.failed {
@@ -198,7 +189,28 @@ func (d *discoverer) served() ([]schema.GroupVersionResource, error) {
 	for _, gv := range failed {
 		metrics.DiscoveryFailed.WithLabelValues(gv).Set(1)
 	}
-	return streamable(lists, d.log), nil
+	return gvrs, nil
+}
+
+// ServedResources is what discover entries choose from: every resource the
+// cluster serves with list and watch, at its group's preferred version,
+// without subresources (each skipped one is logged at debug level). A
+// group version discovery cannot read is logged and listed in failed, and
+// the rest is returned; err is set only when discovery failed as a whole.
+func ServedResources(disc discovery.DiscoveryInterface, log *slog.Logger) (gvrs []schema.GroupVersionResource, failed []string, err error) {
+	lists, err := discovery.ServerPreferredResources(disc)
+	if err != nil {
+		var gerr *discovery.ErrGroupDiscoveryFailed
+		if !errors.As(err, &gerr) {
+			return nil, nil, err
+		}
+		for gv, e := range gerr.Groups {
+			failed = append(failed, gv.String())
+			log.Warn("discovery of a group failed; its resources are not streamed until it answers, the others are", "groupVersion", gv.String(), "err", e)
+		}
+		sort.Strings(failed)
+	}
+	return streamable(lists, log), failed, nil
 }
 
 // streamable keeps the resources that support list and watch, and no

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -394,4 +395,44 @@ func count(ss []string, s string) int {
 		}
 	}
 	return n
+}
+
+func TestADiscoveredResourceThatIsNotPermittedHoldsBackNeitherTheOthersNorReadiness(t *testing.T) {
+	ctx := context.Background()
+	root := unique("perm") + ".example.com"
+	ns := namespace(t)
+	a, b := installCRD(t, "a."+root), installCRD(t, "b."+root)
+	createWidget(t, a, ns, "w1", "t")
+	createWidget(t, b, ns, "w1", "t")
+	// The limited user may read widgets of group a (and the CRDs), not b.
+	name := unique("read-a")
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{a.Group}, Resources: []string{"widgets"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
+		},
+	}
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: limitedUser}},
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+
+	k := start(t, discoverConfig(root), limitedUser)
+	k.WaitFor(t, "the permitted resource's snapshot", completed("widgets."+a.Group))
+	testkit.Eventually(t, "readiness, naming the resource not permitted", func() bool {
+		r := k.App.Readiness()
+		return r.Ready && slices.Equal(r.DiscoveredForbidden, []string{"widgets." + b.Group})
+	}, func() string { return fmt.Sprintf("%+v", k.App.Readiness()) })
 }

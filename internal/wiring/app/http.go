@@ -64,7 +64,7 @@ func serve(ctx context.Context, ln net.Listener, mux *http.ServeMux, log *slog.L
 func ReadyzHandler(status func() Readiness) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		r := status()
-		if r.Ready && len(r.DiscoveryFailed) == 0 && len(r.Unavailable) == 0 {
+		if r.Ready && len(r.DiscoveryFailed) == 0 && len(r.Unavailable) == 0 && len(r.DiscoveredForbidden) == 0 {
 			_, _ = w.Write([]byte("ok\n"))
 			return
 		}

@@ -33,6 +33,11 @@ type Readiness struct {
 	// not removed; they resume when they come back, and do not hold
 	// readiness.
 	Unavailable []string `json:"unavailable,omitempty"`
+	// DiscoveredForbidden lists discovered resources that kubewire may not
+	// list or watch. A discover entry selects whatever the cluster serves,
+	// so one resource without a grant must not hold the pod back: they
+	// are retried, and do not hold readiness.
+	DiscoveredForbidden []string `json:"discoveredForbidden,omitempty"`
 }
 
 // ResourceReadiness is one resource that is not synced.
@@ -61,7 +66,11 @@ func (a *App) Readiness() Readiness {
 		r.DiscoveryFailed, r.Unavailable = failed, unavailable
 		all, running, _ := a.disc.watchers()
 		for _, w := range all {
-			if running[w.Name()] {
+			switch {
+			case !running[w.Name()]:
+			case !w.HasSynced() && w.State() == informer.StateForbidden:
+				r.DiscoveredForbidden = append(r.DiscoveredForbidden, w.Name())
+			default:
 				ws = append(slices.Clip(ws), w)
 			}
 		}
