@@ -28,15 +28,15 @@ import (
 
 // Rediscovery. Discovery is read again whenever a CustomResourceDefinition
 // changes, and every rediscoverEvery besides, for what no CRD announces
-// (an aggregated API that comes back). A CRD that is Established but not
-// yet in discovery (the apiserver publishes it a moment later) is looked
-// for again every rediscoverSoon, so that it streams within seconds.
+// (an aggregated API that comes back). The apiserver publishes a CRD's
+// change in discovery a moment after the CRD itself, so a change is looked
+// for again every rediscoverSoon, rediscoverSettle times.
 const (
 	rediscoverEvery = 30 * time.Second
 	rediscoverSoon  = time.Second
-	// rediscoverSettle is how many more looks, rediscoverSoon apart, follow
-	// a change of a CRD: a version no longer served, say, leaves discovery
-	// a few seconds after the CRD says so.
+	// rediscoverSettle is how many more looks follow a change of a CRD: a
+	// version no longer served, say, leaves discovery a few seconds after
+	// the CRD says so.
 	rediscoverSettle = 10
 	// crdSyncTimeout bounds the wait for the first list of CRDs at start:
 	// without it (no permission to list them, say) discovery still runs,
@@ -158,12 +158,9 @@ func (d *discoverer) run(ctx context.Context) {
 			case <-soon:
 			}
 			soon = nil
-			again := d.reconcile(ctx)
+			d.reconcile()
 			if settle > 0 {
 				settle--
-				again = true
-			}
-			if again {
 				soon = time.After(rediscoverSoon)
 			}
 		}
@@ -251,13 +248,12 @@ func (d *discoverer) crd(gr schema.GroupResource) (*unstructured.Unstructured, b
 
 // reconcile reads discovery again and brings the watchers in line: it
 // starts what is new, restarts what moved to another version, parks what
-// is unavailable and removes what is gone. It reports whether an
-// Established CRD is not in discovery yet, so that it runs again soon.
-func (d *discoverer) reconcile(ctx context.Context) (again bool) {
+// is unavailable and removes what is gone.
+func (d *discoverer) reconcile() {
 	served, err := d.served()
 	if err != nil {
 		d.log.Warn("discovery failed; keeping every resource as it is until it answers", "err", err)
-		return false
+		return
 	}
 	want := map[schema.GroupResource]config.Resource{}
 	for _, r := range d.a.opt.Config.Expand(served) {
@@ -317,31 +313,6 @@ func (d *discoverer) reconcile(ctx context.Context) (again bool) {
 	d.mu.Unlock()
 	d.setLanes()
 	metrics.DiscoveredResources.Set(float64(d.count()))
-	for _, o := range d.crds.GetStore().List() {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok || u.GetDeletionTimestamp() != nil || !established(u) {
-			continue
-		}
-		group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
-		plural, _, _ := unstructured.NestedString(u.Object, "spec", "names", "plural")
-		gr := schema.GroupResource{Group: group, Resource: plural}
-		if !slices.ContainsFunc(served, func(g schema.GroupVersionResource) bool { return g.GroupResource() == gr }) {
-			again = true
-		}
-	}
-	return again
-}
-
-// established reports whether a CRD's Established condition is True.
-func established(u *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		m, ok := c.(map[string]any)
-		if ok && m["type"] == "Established" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
 }
 
 func watcherName(gr schema.GroupResource) string {
