@@ -45,6 +45,8 @@ func (v *View) apply(pos Position, ev *event.Event) ([]change, []Problem) {
 		return v.complete(pos, ev, key, problem)
 	case encoding.TypeGap:
 		return nil, v.watchGap(pos, ev, key, problem)
+	case encoding.TypeRemoved:
+		return v.removed(pos, key), nil
 	case encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeSynced, encoding.TypeDeleted:
 	default:
 		return nil, problem(ProblemUnknownType, ev.Type())

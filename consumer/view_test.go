@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -337,5 +338,27 @@ func TestTheNamespaceIndexFollowsUpdatesAndDeletes(t *testing.T) {
 	}
 	if us, _ := v.ByNamespace("none"); len(us) != 0 {
 		t.Errorf("ByNamespace of an empty namespace = %v", us)
+	}
+}
+
+func TestResourceRemovedDeletesEveryKeyOfItsResourceInItsPartition(t *testing.T) {
+	removed := func(part string) step {
+		s := marker(encoding.TypeRemoved, "x")
+		s.ev.SetID("configmaps/removed/crd-uid")
+		return inPart(part, s)
+	}
+	v, r := run([]step{
+		obj(encoding.TypeAdded, "a", "5"), obj(encoding.TypeAdded, "b", "6"), obj(encoding.TypeDeleted, "b", "7"),
+		inPart("p1", obj(encoding.TypeAdded, "c", "8")),
+		removed("p0"),
+	})
+	if got := held(v); !slices.Equal(got, []string{"c@8"}) {
+		t.Errorf("held %v; want only the object of the other partition", got)
+	}
+	if want := []string{"add a 5", "add b 6", "delete b 7", "add c 8", "delete-unknown a 5"}; !slices.Equal(r.calls, want) {
+		t.Errorf("calls %v, want %v", r.calls, want)
+	}
+	if p := v.Stats().Problems; p != 0 {
+		t.Errorf("%d problems; resource.removed is part of the contract", p)
 	}
 }

@@ -110,3 +110,22 @@ func (v *View) complete(pos Position, ev *event.Event, resource string, problem 
 	sort.Slice(cs, func(i, j int) bool { return cs[i].key < cs[j].key })
 	return cs, nil
 }
+
+// removed applies a resource.removed marker: every object of the resource
+// held from this partition is gone, deletes streamed or not, and open
+// windows of the resource in it will never complete.
+func (v *View) removed(pos Position, resource string) []change {
+	for wk, w := range v.windows {
+		if wk.partition == pos.Partition && w.resource == resource {
+			delete(v.windows, wk)
+		}
+	}
+	var cs []change
+	for _, e := range v.objects {
+		if e.partition == pos.Partition && resourceOf(e.Key) == resource {
+			cs = append(cs, v.remove(pos, e, nil, true))
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].key < cs[j].key })
+	return cs
+}

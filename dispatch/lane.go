@@ -69,6 +69,17 @@ func (d *Dispatcher) lane(prefix string) *lane {
 	return l
 }
 
+// SetLanes says how many resources the sink now receives: the lanes made
+// from now on take their share of the buffer limits from it. Lanes that
+// exist keep theirs, so resources added while running can take the sink
+// above its limits by their shares; resources found by discovery at start
+// are counted before any lane exists.
+func (d *Dispatcher) SetLanes(n int) {
+	d.lanesMu.Lock()
+	defer d.lanesMu.Unlock()
+	d.opt.Lanes = max(n, 1)
+}
+
 func (d *Dispatcher) newLane(prefix string) *lane {
 	l := &lane{
 		d:         d,

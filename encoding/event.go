@@ -33,6 +33,10 @@ const (
 	// resourceVersions may be missing from the stream (see Gap); a snapshot
 	// of the resource follows it.
 	TypeGap = TypePrefix + "watch.gap"
+	// TypeRemoved says the resource itself left the cluster (its
+	// CustomResourceDefinition was deleted): a consumer drops every
+	// object of it that it still holds. See Removed.
+	TypeRemoved = TypePrefix + "resource.removed"
 )
 
 var types = map[informer.Op]string{
@@ -43,6 +47,16 @@ var types = map[informer.Op]string{
 	informer.OpSnapshotStarted:   TypeSnapshotStarted,
 	informer.OpSnapshotCompleted: TypeSnapshotCompleted,
 	informer.OpGap:               TypeGap,
+	informer.OpRemoved:           TypeRemoved,
+}
+
+// Removed is the data of a resource.removed event.
+type Removed struct {
+	Group    string `json:"group"`
+	Version  string `json:"version"`
+	Resource string `json:"resource"`
+	// UID is the uid of the CustomResourceDefinition that was deleted.
+	UID string `json:"uid,omitempty"`
 }
 
 // SnapshotMarker is the data of snapshot.started and snapshot.completed.
@@ -124,6 +138,9 @@ func New(c *informer.Change) (*Event, error) {
 		}
 		data, err = json.Marshal(Gap{Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource,
 			Namespace: g.Namespace, From: g.From, To: g.To, Reason: g.Reason, Backwards: g.Backwards})
+	case c.Op == informer.OpRemoved:
+		e.id = strings.TrimSpace(r.KeyPrefix + "/removed/" + c.RemovedUID)
+		data, err = json.Marshal(Removed{Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource, UID: c.RemovedUID})
 	case c.IsMarker():
 		e.id = strings.TrimSpace(c.SnapshotID + "/" + string(c.Op))
 		e.SetExtension(ExtSnapshotID, c.SnapshotID)

@@ -26,6 +26,13 @@ const (
 	// missing from the stream: the Change's Gap says which. It goes out
 	// like a snapshot marker, to every partition, and a snapshot follows.
 	OpGap Op = "gap"
+
+	// OpRemoved says the resource itself is gone from the cluster (its
+	// CustomResourceDefinition was deleted): every object of it that a
+	// consumer still holds is gone too, whether or not its delete was
+	// streamed. It goes out like a snapshot marker, to every partition,
+	// and nothing of the resource follows it.
+	OpRemoved Op = "removed"
 )
 
 // Gap reasons: why a watch stream could not go on from where it was.
@@ -132,6 +139,10 @@ type Change struct {
 	Count int
 	// Gap is set on OpGap changes only.
 	Gap *Gap
+	// RemovedUID is, on OpRemoved, the uid of what was removed (the
+	// CustomResourceDefinition), so that the event's id is the same
+	// however often it is sent.
+	RemovedUID string
 	// Mark is the change's place in its watch stream: every sink it goes
 	// to calls Mark.Done once the change is done for it (acknowledged,
 	// folded into a newer change, or refused for good), and the stream's
@@ -154,7 +165,7 @@ func (c *Change) Size() int64 {
 // marker or a gap) rather than describing an object. Markers go to every
 // partition.
 func (c *Change) IsMarker() bool {
-	return c.Op == OpSnapshotStarted || c.Op == OpSnapshotCompleted || c.Op == OpGap
+	return c.Op == OpSnapshotStarted || c.Op == OpSnapshotCompleted || c.Op == OpGap || c.Op == OpRemoved
 }
 
 // ObjectUID returns the uid of the change's object, and false for a marker.

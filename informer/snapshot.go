@@ -91,3 +91,16 @@ func newSnapshotID() string {
 		}
 	}
 }
+
+// Removed sends the marker that the resource is gone (OpRemoved), with
+// uid, the uid of what was removed. Call it after Run has returned, so
+// that every change the informer had queued (the deletes the CRD's
+// finalizer made) is ahead of it in the stream.
+func (w *Watcher) Removed(uid string) {
+	if w.res == nil {
+		return // never resolved: nothing of it was streamed
+	}
+	w.emitMu.Lock()
+	defer w.emitMu.Unlock()
+	w.opt.Out.Enqueue(&Change{Op: OpRemoved, Resource: w.res, Key: w.res.KeyPrefix, RemovedUID: uid, Observed: time.Now()})
+}

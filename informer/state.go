@@ -34,3 +34,6 @@ func (w *Watcher) State() State {
 func (w *Watcher) Optional() bool { return w.cfg.Optional }
 
 func (w *Watcher) setState(s State) { w.state.Store(s) }
+
+// Sinks are the names of the sinks the resource's events go to.
+func (w *Watcher) Sinks() []string { return w.cfg.Sinks }

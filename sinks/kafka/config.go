@@ -489,6 +489,9 @@ func validateTopics(p *field.Path, k *Config, routes []config.Route) field.Error
 	}
 	var errs field.ErrorList
 	for _, rt := range routes {
+		if e := config.NoVersionPlaceholder(tp, tmpl, rt); e != nil {
+			errs = append(errs, e)
+		}
 		r := rt.Resource
 		if r.Resource == "" {
 			continue

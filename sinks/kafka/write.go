@@ -91,11 +91,11 @@ func (r *record) headerList() []kafkago.Header {
 }
 
 // isMarker reports whether ev frames the stream rather than describing an
-// object: a snapshot marker or a gap. It goes to every partition of its
-// topic, as informer.Change.IsMarker says.
+// object: a snapshot marker, a gap or a resource's removal. It goes to
+// every partition of its topic, as informer.Change.IsMarker says.
 func isMarker(ev *encoding.Event) bool {
 	t := ev.Type()
-	return t == encoding.TypeSnapshotStarted || t == encoding.TypeSnapshotCompleted || t == encoding.TypeGap
+	return t == encoding.TypeSnapshotStarted || t == encoding.TypeSnapshotCompleted || t == encoding.TypeGap || t == encoding.TypeRemoved
 }
 
 // group is the part of one Write that goes to one partition, in order.

@@ -254,10 +254,19 @@ func (n *Config) BlockRequired() string {
 	return `a nats block with at least servers, e.g. {servers: ["nats://nats:4222"]}`
 }
 
-// Validate checks the block. No rule depends on the routed resources: every
-// subject a template expands to is legal (see EscapeToken).
-func (n *Config) Validate(p *field.Path, _ []config.Route) field.ErrorList {
-	return validateNATSSink(p, n)
+// Validate checks the block. Every subject a template expands to is legal
+// (see EscapeToken); the one rule on the routed resources is that a
+// discover entry's subjects do not hold the version.
+func (n *Config) Validate(p *field.Path, routes []config.Route) field.ErrorList {
+	errs := validateNATSSink(p, n)
+	subject := cmp.Or(n.Subject, DefaultSubject)
+	for _, rt := range routes {
+		if e := config.NoVersionPlaceholder(p.Child("subject"), subject, rt); e != nil {
+			errs = append(errs, e)
+			break
+		}
+	}
+	return errs
 }
 
 // ExplicitZeros rejects a 0 written in the file for a field whose zero

@@ -135,6 +135,10 @@ This returns that split as YAML:
 {{- $cluster := list }}
 {{- $byNamespace := dict }}
 {{- range $i, $r := .Values.config.resources }}
+{{- if hasKey $r "discover" }}
+{{- $cluster = concat $cluster (include "kubewire.discoverRules" (dict "r" $r "rbac" $.Values.rbac) | fromYamlArray) }}
+{{- continue }}
+{{- end }}
 {{- $group := default "" $r.group }}
 {{- $rule := dict "group" $group "resource" $r.resource }}
 {{- $nss := default (list) $r.namespaces }}
@@ -152,7 +156,68 @@ This returns that split as YAML:
 {{- $cluster = append $cluster $rule }}
 {{- end }}
 {{- end }}
-{{- dict "cluster" $cluster "namespaces" $byNamespace | toYaml }}
+{{- dict "cluster" (uniq $cluster) "namespaces" $byNamespace | toYaml }}
+{{- end }}
+
+{{/*
+The cluster-wide reads of one discover entry (docs/configuration.md,
+"Discovered resources"). Kubernetes has no deny rules, so a wildcard would
+include every Secret of the cluster: it is granted only with
+rbac.discover.wildcard. Otherwise:
+  - the CRDs, which kubewire watches to follow resources as they come and go;
+  - each core resource of rbac.discover.coreResources the entry's patterns
+    match, one by one (never secrets);
+  - "*" in each group of rbac.discover.groups the patterns match, and in
+    each group the entry names without a glob.
+Input: dict "r" (the entry) "rbac" (.Values.rbac). Output: a YAML list of
+{group, resource}.
+*/}}
+{{- define "kubewire.discoverRules" -}}
+{{- $d := .r.discover | default dict }}
+{{- $rbac := .rbac.discover | default dict }}
+{{- $rules := list (dict "group" "apiextensions.k8s.io" "resource" "customresourcedefinitions") }}
+{{- if $rbac.wildcard }}
+{{- $rules = append $rules (dict "group" "*" "resource" "*") }}
+{{- else }}
+{{- $groups := $d.groups | default (list "*") }}
+{{- $resources := $d.resources | default (list "*") }}
+{{- if include "kubewire.globsMatch" (dict "patterns" $groups "s" "") }}
+{{- range $res := $rbac.coreResources | default list }}
+{{- if and (ne $res "secrets") (include "kubewire.globsMatch" (dict "patterns" $resources "s" $res)) }}
+{{- $rules = append $rules (dict "group" "" "resource" $res) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $named := list }}
+{{- range $g := $groups }}
+{{- if and (ne $g "") (not (regexMatch "[*?\\[]" $g)) }}
+{{- $named = append $named $g }}
+{{- end }}
+{{- end }}
+{{- range $g := $rbac.groups | default list }}
+{{- if include "kubewire.globsMatch" (dict "patterns" $groups "s" $g) }}
+{{- $named = append $named $g }}
+{{- end }}
+{{- end }}
+{{- range $g := $named | uniq | sortAlpha }}
+{{- $rules = append $rules (dict "group" $g "resource" "*") }}
+{{- end }}
+{{- end }}
+{{- $rules | toYaml }}
+{{- end }}
+
+{{/*
+"true" if s matches one of the globs in patterns ("*", "?" and literal
+characters, as path.Match reads them), else "".
+*/}}
+{{- define "kubewire.globsMatch" -}}
+{{- $s := .s }}
+{{- $hit := false }}
+{{- range $p := .patterns }}
+{{- $re := printf "^%s$" ($p | replace "." "\\." | replace "*" "[^/]*" | replace "?" "[^/]") }}
+{{- if regexMatch $re $s }}{{ $hit = true }}{{ end }}
+{{- end }}
+{{- if $hit }}true{{ end }}
 {{- end }}
 
 {{/*

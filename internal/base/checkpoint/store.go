@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -44,6 +45,11 @@ type Entry struct {
 	// Streams maps each watch stream ("" for one watch of the resource,
 	// else a namespace) to its checkpoint resourceVersion.
 	Streams map[string]string `json:"streams"`
+	// UID is, for a resource found by discovery that a
+	// CustomResourceDefinition defines, the CRD's uid: a CRD deleted and
+	// created again under the same name is another resource, whose
+	// stream must not resume from this one.
+	UID string `json:"uid,omitempty"`
 }
 
 // AnnotationKey is the Lease annotation that holds the checkpoints.
@@ -60,6 +66,10 @@ type Store struct {
 	// does not exist; data is what it holds.
 	rv   string
 	data map[string]Entry
+	// forget names entries to drop (Forget); Save runs on the saver's
+	// goroutine, Forget on the discoverer's.
+	forgetMu sync.Mutex
+	forget   []string
 }
 
 type clientFor interface {
@@ -102,6 +112,14 @@ func (s *Store) Load(ctx context.Context) (map[string]Entry, error) {
 	return maps.Clone(s.data), nil
 }
 
+// Forget drops the entries of names at the next Save: their resources
+// left the cluster.
+func (s *Store) Forget(names ...string) {
+	s.forgetMu.Lock()
+	defer s.forgetMu.Unlock()
+	s.forget = append(s.forget, names...)
+}
+
 // Save writes entries over the ones already there (other resources'
 // entries stay), if anything changed. It creates the Lease if needed.
 func (s *Store) Save(ctx context.Context, entries map[string]Entry) error {
@@ -111,6 +129,11 @@ func (s *Store) Save(ctx context.Context, entries map[string]Entry) error {
 		}
 	}
 	next := maps.Clone(s.data)
+	s.forgetMu.Lock()
+	for _, n := range s.forget {
+		delete(next, n)
+	}
+	s.forgetMu.Unlock()
 	maps.Copy(next, entries)
 	if s.rv != "" && maps.EqualFunc(next, s.data, sameEntry) {
 		return nil
@@ -148,7 +171,9 @@ func (s *Store) Save(ctx context.Context, entries map[string]Entry) error {
 	return nil
 }
 
-func sameEntry(a, b Entry) bool { return a.Hash == b.Hash && maps.Equal(a.Streams, b.Streams) }
+func sameEntry(a, b Entry) bool {
+	return a.Hash == b.Hash && a.UID == b.UID && maps.Equal(a.Streams, b.Streams)
+}
 
 // Run saves what collect gives every interval until ctx ends. Errors are
 // logged, and the next turn tries again.

@@ -156,6 +156,15 @@ type Resource struct {
 	// log line and kubewire_informer_errors_total) but does not hold
 	// readiness; once served it streams as usual.
 	Optional bool `json:"optional,omitempty"`
+	// Discover, when set, makes the entry select resources through the
+	// cluster's discovery (discover.go) instead of naming one; group,
+	// version and resource are then left out, and every other setting
+	// applies to each resource it selects.
+	Discover *Discover `json:"discover,omitempty"`
+	// Discovered marks an entry that Expand made from a discover entry. Its
+	// version is whatever its group prefers at the time, so Hash leaves the
+	// version out.
+	Discovered bool `json:"-"`
 }
 
 // GVR returns the resource's group, version and resource.
@@ -255,10 +264,16 @@ func (c *Config) Sink(name string) (*Sink, bool) {
 // Hash identifies what the resource's stream carries: every setting that
 // decides which changes are emitted, how, and to which sinks. Settings that
 // change only when or how kubewire works (snapshotInterval, cache,
-// optional) are left out. A checkpoint written under another hash is not
-// resumed: changes the old settings left out would be missing.
+// optional) are left out, and so is the version of a discovered resource:
+// a group whose preferred version changes serves the same objects, under the
+// same keys, so its checkpoint still holds. A checkpoint written under
+// another hash is not resumed: changes the old settings left out would be
+// missing.
 func (r Resource) Hash() string {
 	r.SnapshotInterval, r.Cache, r.Optional = Duration{}, "", false
+	if r.Discovered {
+		r.Version = ""
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return ""

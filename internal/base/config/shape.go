@@ -171,6 +171,8 @@ func validateShape(p *field.Path, r *Resource) field.ErrorList {
 	case r.KeyBy == "" || r.KeyBy == shape.KeyByObject:
 	case !slices.Contains(shape.KeyByModes(), r.KeyBy):
 		errs = append(errs, field.NotSupported(kp, r.KeyBy, shape.KeyByModes()))
+	case r.IsDiscover():
+		// Applies to the Events the entry discovers (Resource.For).
 	default:
 		if _, ok := shape.EventsResource(r.Group, r.Resource); !ok {
 			errs = append(errs, field.Invalid(kp, r.KeyBy,

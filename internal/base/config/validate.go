@@ -188,7 +188,7 @@ func validateResources(p *field.Path, resources []Resource, sinkNames []string) 
 		rp := p.Index(i)
 		errs = append(errs, validateResource(rp, r, sinkNames)...)
 
-		if r.Resource == "" {
+		if r.Resource == "" || r.IsDiscover() {
 			continue
 		}
 		gr := schema.GroupResource{Group: r.Group, Resource: r.Resource}
@@ -206,6 +206,18 @@ func validateResources(p *field.Path, resources []Resource, sinkNames []string) 
 func validateResource(p *field.Path, r *Resource, sinkNames []string) field.ErrorList {
 	var errs field.ErrorList
 
+	if r.IsDiscover() {
+		errs = append(errs, validateDiscover(p, r)...)
+	} else {
+		errs = append(errs, validateNamed(p, r)...)
+	}
+	return append(errs, validateSettings(p, r, sinkNames)...)
+}
+
+// validateNamed checks the group, version and resource of an entry that
+// names one resource.
+func validateNamed(p *field.Path, r *Resource) field.ErrorList {
+	var errs field.ErrorList
 	if r.Group != "" {
 		if msgs := validation.IsDNS1123Subdomain(r.Group); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(p.Child("group"), r.Group,
@@ -224,7 +236,12 @@ func validateResource(p *field.Path, r *Resource, sinkNames []string) field.Erro
 		errs = append(errs, field.Invalid(p.Child("resource"), r.Resource,
 			`must be a lowercase plural resource name such as "configmaps": `+strings.Join(msgs, "; ")))
 	}
+	return errs
+}
 
+// validateSettings checks what an entry sets for the resources it selects.
+func validateSettings(p *field.Path, r *Resource, sinkNames []string) field.ErrorList {
+	var errs field.ErrorList
 	for j, ns := range r.Namespaces {
 		np := p.Child("namespaces").Index(j)
 		switch {

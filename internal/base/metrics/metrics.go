@@ -240,3 +240,30 @@ func Sum(name string, match map[string]string) float64 {
 	}
 	return total
 }
+
+var (
+	// DiscoveryFailed is 1 for each group version that discovery could not
+	// read the last time it ran (an aggregated API whose Service is gone,
+	// say): its resources are not streamed, the others are.
+	DiscoveryFailed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubewire_discovery_failed",
+		Help: "1 for each group version that the last discovery could not read; its resources are not streamed while it fails.",
+	}, []string{"group_version"})
+
+	// DiscoveredResources is how many resources discover entries stream.
+	DiscoveredResources = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kubewire_discovered_resources",
+		Help: "Resources streamed because a discover entry selected them.",
+	})
+
+	// ResourceUnavailable is 1 while a discovered resource is gone from
+	// discovery but its CustomResourceDefinition still exists (a version no
+	// longer served, an aggregated API down): no delete, it resumes when
+	// it comes back.
+	ResourceUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubewire_resource_unavailable",
+		Help: "1 while a discovered resource is missing from discovery though it was not removed; it resumes from its checkpoint when it returns.",
+	}, []string{"resource"})
+)
+
+func init() { register(DiscoveryFailed, DiscoveredResources, ResourceUnavailable) }

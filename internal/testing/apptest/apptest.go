@@ -35,6 +35,12 @@ type Kubewire struct {
 // Start runs kubewire with cfgYAML against rc until the test ends.
 func Start(t *testing.T, cfgYAML string, rc *rest.Config) *Kubewire {
 	t.Helper()
+	return StartWith(t, cfgYAML, rc, nil)
+}
+
+// StartWith is Start with options that edit sets (a checkpoint store, say).
+func StartWith(t *testing.T, cfgYAML string, rc *rest.Config, edit func(*app.Options)) *Kubewire {
+	t.Helper()
 	cfg, err := config.Parse([]byte(cfgYAML), app.DefaultRegistry())
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -45,7 +51,11 @@ func Start(t *testing.T, cfgYAML string, rc *rest.Config) *Kubewire {
 	}
 	k := &Kubewire{done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(&k.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	a, err := app.New(app.Options{Config: cfg, REST: rc, Logger: log, Stdout: &k.Out})
+	opts := app.Options{Config: cfg, REST: rc, Logger: log, Stdout: &k.Out}
+	if edit != nil {
+		edit(&opts)
+	}
+	a, err := app.New(opts)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}

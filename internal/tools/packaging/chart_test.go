@@ -150,6 +150,45 @@ config:
 			roleRules:    map[string][]string{nsA: {"/configmaps"}, nsB: {"/configmaps", "apps/deployments"}},
 		},
 		{
+			name: "a discover entry is granted the core resources one by one, never secrets, and per-group reads elsewhere",
+			values: `
+config:
+  cluster: shop-eu-1
+  resources:
+    - discover:
+        groups: ["", "apps", "example.com", "*.k8s.io"]
+        resources: ["*"]
+      sinks: [out]
+    - {version: v1, resource: configmaps, sinks: [out]}
+  sinks:
+    - name: out
+      type: stdout
+rbac:
+  discover:
+    coreResources: [configmaps, pods, secrets]
+    groups: [apps, batch, networking.k8s.io, storage.k8s.io]
+`,
+			clusterRules: []string{"apiextensions.k8s.io/customresourcedefinitions", "/configmaps", "/pods",
+				"apps/*", "example.com/*", "networking.k8s.io/*", "storage.k8s.io/*"},
+		},
+		{
+			name: "a discover entry gets a full wildcard only when asked",
+			values: `
+config:
+  cluster: shop-eu-1
+  resources:
+    - discover: {}
+      sinks: [out]
+  sinks:
+    - name: out
+      type: stdout
+rbac:
+  discover:
+    wildcard: true
+`,
+			clusterRules: []string{"apiextensions.k8s.io/customresourcedefinitions", "*/*"},
+		},
+		{
 			name:           "two replicas turn on leader election, its Lease Role and a PodDisruptionBudget",
 			values:         `replicaCount: 2`,
 			clusterRules:   []string{"apps/deployments"},

@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -58,17 +60,44 @@ type Options struct {
 	// CheckpointInterval is how often the checkpoint is saved when it
 	// moved; default DefaultCheckpointInterval.
 	CheckpointInterval time.Duration
+	// OwnLeases names kubewire's own Leases (leader election, checkpoint).
+	// A watch of Leases never sees them (a field selector on their names):
+	// each checkpoint write would be a change to stream, and streaming it
+	// a reason to write the checkpoint again.
+	OwnLeases []string
 }
 
 // App is a running kubewire.
 type App struct {
 	opt         Options
 	log         *slog.Logger
-	watchers    []*informer.Watcher
+	deps        watcherDeps
+	watchers    []*informer.Watcher // of the entries that name a resource
 	dispatchers map[string]*dispatch.Dispatcher
 	// positions is the spool's position file, when checkpoints are kept
 	// and a sink spools.
 	positions *checkpoint.File
+	// disc runs the watchers of discover entries; nil without any.
+	disc *discoverer
+	// loaded is the checkpoint as read at start; forgotten names what was
+	// removed since, so that it is dropped from the Lease.
+	loadedMu  sync.Mutex
+	loaded    map[string]checkpoint.Entry
+	forgotten []string
+
+	// wg counts every running watcher and the discoverer; errs collects
+	// the watchers' drain failures.
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+}
+
+// watcherDeps are what every watcher is built with.
+type watcherDeps struct {
+	dyn     dynamic.Interface
+	rawREST rest.Interface
+	mapper  meta.ResettableRESTMapper
+	authz   authorizationclient.AuthorizationV1Interface
 }
 
 // New builds the sinks, dispatchers and watchers. Nothing connects yet.
@@ -112,7 +141,8 @@ func New(opt Options) (*App, error) {
 		}
 	}
 
-	a := &App{opt: opt, log: opt.Logger, dispatchers: map[string]*dispatch.Dispatcher{}}
+	a := &App{opt: opt, log: opt.Logger, dispatchers: map[string]*dispatch.Dispatcher{},
+		deps: watcherDeps{dyn: dyn, rawREST: rawREST, mapper: mapper, authz: authz}}
 	deps := sinks.Deps{Stdout: opt.Stdout, Logger: opt.Logger}
 	for _, sc := range cfg.Sinks {
 		s, err := opt.Registry.New(sc, deps)
@@ -151,28 +181,112 @@ func New(opt Options) (*App, error) {
 		a.positions = checkpoint.NewFile(cfg.Dispatch.SpoolDir)
 	}
 	for _, rcfg := range cfg.Resources {
-		var out fanout
-		for _, name := range rcfg.Sinks {
-			out = append(out, a.dispatchers[name])
+		if !rcfg.IsDiscover() {
+			a.watchers = append(a.watchers, a.newWatcher(rcfg))
 		}
-		a.watchers = append(a.watchers, informer.NewWatcher(informer.Options{
-			Cluster:  cfg.Cluster,
-			Resource: rcfg,
-			Dynamic:  dyn,
-			REST:     rawREST,
-			Mapper:   mapper,
-			Access:   authz.SelfSubjectAccessReviews(),
-			Out:      out,
-			Logger:   opt.Logger,
-			// Informers drain first and the sinks get what is left of the
-			// same budget (Run).
-			DrainTimeout: cfg.Dispatch.DrainTimeout.Duration,
-			// Every sink acknowledges a change before the checkpoint
-			// passes it.
-			Acks: len(out),
-		}))
+	}
+	if cfg.DiscoverEntries() {
+		a.disc = newDiscoverer(a, disc)
 	}
 	return a, nil
+}
+
+// newWatcher builds the watcher of one resource.
+func (a *App) newWatcher(rcfg config.Resource) *informer.Watcher {
+	var out fanout
+	for _, name := range rcfg.Sinks {
+		out = append(out, a.dispatchers[name])
+	}
+	if rcfg.Group == "coordination.k8s.io" && rcfg.Resource == "leases" {
+		rcfg.FieldSelector = withoutNames(rcfg.FieldSelector, a.opt.OwnLeases)
+	}
+	return informer.NewWatcher(informer.Options{
+		Cluster:  a.opt.Config.Cluster,
+		Resource: rcfg,
+		Dynamic:  a.deps.dyn,
+		REST:     a.deps.rawREST,
+		Mapper:   a.deps.mapper,
+		Access:   a.deps.authz.SelfSubjectAccessReviews(),
+		Out:      out,
+		Logger:   a.log,
+		// Informers drain first and the sinks get what is left of the
+		// same budget (Run).
+		DrainTimeout: a.opt.Config.Dispatch.DrainTimeout.Duration,
+		// Every sink acknowledges a change before the checkpoint
+		// passes it.
+		Acks: len(out),
+	})
+}
+
+// withoutNames adds metadata.name!=<name> for each name to a field
+// selector. Leases of those names are then left out in every namespace,
+// which is all a field selector can say.
+func withoutNames(selector string, names []string) string {
+	parts := []string{}
+	if selector != "" {
+		parts = append(parts, selector)
+	}
+	for _, n := range names {
+		parts = append(parts, "metadata.name!="+n)
+	}
+	return strings.Join(parts, ",")
+}
+
+// allWatchers is every watcher whose checkpoint is kept: the named
+// resources', and the discovered ones', running or unavailable.
+func (a *App) allWatchers() []*informer.Watcher {
+	ws := slices.Clone(a.watchers)
+	if a.disc != nil {
+		d, _, _ := a.disc.watchers()
+		ws = append(ws, d...)
+	}
+	return ws
+}
+
+// uids maps each discovered resource that a CRD defines to the CRD's uid,
+// which its checkpoint belongs to.
+func (a *App) uids() map[string]string {
+	if a.disc == nil {
+		return nil
+	}
+	_, _, uids := a.disc.watchers()
+	return uids
+}
+
+// loadedEntry is the checkpoint of name as the process started with it.
+func (a *App) loadedEntry(name string) checkpoint.Entry {
+	a.loadedMu.Lock()
+	defer a.loadedMu.Unlock()
+	return a.loaded[name]
+}
+
+// launch runs w until ctx ends, counted in a.wg; then calls done.
+func (a *App) launch(ctx context.Context, w *informer.Watcher, done func()) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if done != nil {
+			defer done()
+		}
+		err := w.Run(ctx)
+		switch {
+		case errors.Is(err, informer.ErrNotDrained):
+			// The watcher logged it; it counts against the exit code.
+			a.mu.Lock()
+			a.errs = append(a.errs, err)
+			a.mu.Unlock()
+		case err != nil:
+			a.log.Error("watcher stopped", "resource", w.Name(), "err", err)
+		}
+	}()
+}
+
+// forget drops a removed resource's checkpoint.
+func (a *App) forget(name string) {
+	a.loadedMu.Lock()
+	defer a.loadedMu.Unlock()
+	delete(a.loaded, name)
+	a.forgotten = append(a.forgotten, name)
 }
 
 // fanout hands each Change to every sink of its resource. The Item is shared
@@ -206,6 +320,11 @@ var _ informer.SnapshotTracker = fanout(nil)
 // and an error wrapping informer.ErrNotDrained for each informer whose
 // queue was not drained (both also logged).
 func (a *App) Run(ctx context.Context) (undelivered int, err error) {
+	// Discover entries become watchers first, so that they resume from
+	// the checkpoint as named ones do.
+	if a.disc != nil {
+		a.disc.start(ctx)
+	}
 	// Where each watch resumes is known before the spools replay: a spool
 	// skips what the watch will deliver again (resumeFromCheckpoint).
 	stopSaving := a.resumeFromCheckpoint(ctx)
@@ -214,32 +333,20 @@ func (a *App) Run(ctx context.Context) (undelivered int, err error) {
 	for _, d := range a.dispatchers {
 		d.Start()
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
 	for _, w := range a.watchers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := w.Run(ctx)
-			switch {
-			case errors.Is(err, informer.ErrNotDrained):
-				// The watcher logged it; it counts against the exit code.
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			case err != nil:
-				a.log.Error("watcher stopped", "resource", w.Name(), "err", err)
-			}
-		}()
+		a.launch(ctx, w, nil)
 	}
-	a.log.Info("kubewire started", "version", version.Version, "resources", len(a.watchers), "sinks", len(a.dispatchers))
+	if a.disc != nil {
+		a.disc.run(ctx)
+	}
+	a.log.Info("kubewire started", "version", version.Version, "resources", len(a.allWatchers()), "sinks", len(a.dispatchers))
 	<-ctx.Done()
 	timeout := a.opt.Config.Dispatch.DrainTimeout.Duration
 	deadline := time.Now().Add(timeout)
 	// Informers first: once they have drained and returned, nothing new is
 	// enqueued and the dispatchers can drain to empty.
-	wg.Wait()
+	a.wg.Wait()
+	var mu sync.Mutex
 
 	drainCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -261,5 +368,7 @@ func (a *App) Run(ctx context.Context) (undelivered int, err error) {
 	dwg.Wait()
 	stopSaving()
 	a.log.Info("kubewire stopped", "drained", time.Since(start).Round(time.Millisecond), "undelivered", undelivered)
-	return undelivered, errors.Join(errs...)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return undelivered, errors.Join(a.errs...)
 }

@@ -71,9 +71,13 @@ func (a *App) resumeFromCheckpoint(ctx context.Context) (stop func()) {
 			a.log.Warn("spool positions not removed while the spool replays", "err", err)
 		}
 	}
+	a.loadedMu.Lock()
+	a.loaded = entries
+	a.loadedMu.Unlock()
 	from := map[string]map[string]string{}
-	for _, w := range a.watchers {
-		if r := resumeOf(w.ConfigHash(), entries[w.Name()], positions[w.Name()]); r != nil {
+	uids := a.uids()
+	for _, w := range a.allWatchers() {
+		if r := resumeOf(w.ConfigHash(), uids[w.Name()], entries[w.Name()], positions[w.Name()]); r != nil {
 			if r.Reason != "" {
 				a.log.Warn("the resource's config changed since its checkpoint was written: not resuming, declaring a gap", "resource", w.Name())
 			} else {
@@ -152,8 +156,16 @@ func (a *App) spoolsNotAsLeft() []string {
 
 // resumeOf is where a resource with config hash resumes: from the newer of
 // its checkpoint and its spool's position, per stream, of those written
-// under the same config; nil for a fresh start.
-func resumeOf(hash string, cp, pos checkpoint.Entry) *informer.Resume {
+// under the same config; nil for a fresh start. uid is the uid of the CRD
+// of a discovered resource: a checkpoint of another CRD of the same name
+// is not this resource's, and is not resumed, nor a gap declared from it.
+func resumeOf(hash, uid string, cp, pos checkpoint.Entry) *informer.Resume {
+	if cp.UID != uid {
+		cp = checkpoint.Entry{}
+	}
+	if pos.UID != uid {
+		pos = checkpoint.Entry{}
+	}
 	var streams map[string]string
 	for _, e := range []checkpoint.Entry{cp, pos} {
 		if e.Hash != hash || len(e.Streams) == 0 {
@@ -199,10 +211,11 @@ func (a *App) savePositionsEvery(ctx context.Context, every time.Duration) {
 
 // spoolPositions collects every running watcher's spool position.
 func (a *App) spoolPositions() map[string]checkpoint.Entry {
-	out := make(map[string]checkpoint.Entry, len(a.watchers))
-	for _, w := range a.watchers {
+	ws, uids := a.allWatchers(), a.uids()
+	out := make(map[string]checkpoint.Entry, len(ws))
+	for _, w := range ws {
 		if p := w.SpoolPosition(); len(p) > 0 {
-			out[w.Name()] = checkpoint.Entry{Hash: w.ConfigHash(), Streams: p}
+			out[w.Name()] = checkpoint.Entry{Hash: w.ConfigHash(), Streams: p, UID: uids[w.Name()]}
 		}
 	}
 	return out
@@ -224,16 +237,25 @@ func (a *App) loadCheckpoint(ctx context.Context, store *checkpoint.Store) (map[
 	}
 }
 
-// checkpoints collects every running watcher's checkpoint.
+// checkpoints collects every watcher's checkpoint, and hands the store
+// the names of resources removed since the last call.
 func (a *App) checkpoints() map[string]checkpoint.Entry {
-	out := make(map[string]checkpoint.Entry, len(a.watchers))
+	a.loadedMu.Lock()
+	gone := a.forgotten
+	a.forgotten = nil
+	a.loadedMu.Unlock()
+	if len(gone) > 0 {
+		a.opt.Checkpoint.Forget(gone...)
+	}
+	ws, uids := a.allWatchers(), a.uids()
+	out := make(map[string]checkpoint.Entry, len(ws))
 	now := time.Now()
-	for _, w := range a.watchers {
+	for _, w := range ws {
 		streams, at := w.Checkpoint()
 		if len(streams) == 0 {
 			continue
 		}
-		out[w.Name()] = checkpoint.Entry{Hash: w.ConfigHash(), Streams: streams}
+		out[w.Name()] = checkpoint.Entry{Hash: w.ConfigHash(), Streams: streams, UID: uids[w.Name()]}
 		metrics.CheckpointAge.WithLabelValues(w.Name()).Set(now.Sub(at).Seconds())
 	}
 	return out

@@ -64,12 +64,18 @@ func serve(ctx context.Context, ln net.Listener, mux *http.ServeMux, log *slog.L
 func ReadyzHandler(status func() Readiness) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		r := status()
-		if r.Ready {
+		if r.Ready && len(r.DiscoveryFailed) == 0 && len(r.Unavailable) == 0 && len(r.DiscoveredForbidden) == 0 {
 			_, _ = w.Write([]byte("ok\n"))
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if r.Ready {
+			// Ready, but some of what discover entries select is not
+			// streaming: say which, without failing the probe.
+			_ = json.NewEncoder(w).Encode(r)
+			return
+		}
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_ = json.NewEncoder(w).Encode(r)
 	})

@@ -21,6 +21,23 @@ type Readiness struct {
 	// serve. They do not hold readiness; they are named so that a missing
 	// CRD is visible here too.
 	OptionalNotServed []string `json:"optionalNotServed,omitempty"`
+	// Discovery is "pending" until discover entries have been read
+	// against the cluster's discovery once; it holds readiness.
+	Discovery string `json:"discovery,omitempty"`
+	// DiscoveryFailed lists the group versions that discovery could not
+	// read (an aggregated API whose Service is missing): their resources
+	// are not streamed, the rest is. It does not hold readiness, and is
+	// reported even when ready.
+	DiscoveryFailed []string `json:"discoveryFailed,omitempty"`
+	// Unavailable lists discovered resources gone from discovery though
+	// not removed; they resume when they come back, and do not hold
+	// readiness.
+	Unavailable []string `json:"unavailable,omitempty"`
+	// DiscoveredForbidden lists discovered resources that kubewire may not
+	// list or watch. A discover entry selects whatever the cluster serves,
+	// so one resource without a grant must not hold the pod back: they
+	// are retried, and do not hold readiness.
+	DiscoveredForbidden []string `json:"discoveredForbidden,omitempty"`
 }
 
 // ResourceReadiness is one resource that is not synced.
@@ -40,7 +57,25 @@ type SinkReadiness struct {
 // cluster does not serve does not hold readiness.
 func (a *App) Readiness() Readiness {
 	var r Readiness
-	for _, w := range a.watchers {
+	ws := a.watchers
+	if a.disc != nil {
+		ready, failed, unavailable := a.disc.status()
+		if !ready {
+			r.Discovery = "pending"
+		}
+		r.DiscoveryFailed, r.Unavailable = failed, unavailable
+		all, running, _ := a.disc.watchers()
+		for _, w := range all {
+			switch {
+			case !running[w.Name()]:
+			case !w.HasSynced() && w.State() == informer.StateForbidden:
+				r.DiscoveredForbidden = append(r.DiscoveredForbidden, w.Name())
+			default:
+				ws = append(slices.Clip(ws), w)
+			}
+		}
+	}
+	for _, w := range ws {
 		if w.HasSynced() {
 			continue
 		}
@@ -61,7 +96,7 @@ func (a *App) Readiness() Readiness {
 			r.Sinks = append(r.Sinks, SinkReadiness{Sink: name, State: st})
 		}
 	}
-	r.Ready = len(r.Resources) == 0 && len(r.Sinks) == 0
+	r.Ready = len(r.Resources) == 0 && len(r.Sinks) == 0 && r.Discovery == ""
 	return r
 }
 

@@ -300,7 +300,11 @@ func newRun(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 			logStartup(log, rc, contextName, cfg)
 			go procs.Adapt(ctx, log)
 			opts := app.Options{Config: cfg, REST: rc, Logger: log, Stdout: stdout}
+			if el.enabled {
+				opts.OwnLeases = append(opts.OwnLeases, lc.LeaseName)
+			}
 			if cpName != "" {
+				opts.OwnLeases = append(opts.OwnLeases, cpName)
 				if opts.Checkpoint, err = checkpoint.New(rc, cpNamespace, cpName, log); err != nil {
 					return err
 				}

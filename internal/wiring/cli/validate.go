@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/base/version"
+	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
 // onlineTimeout bounds validate's online checks as a whole; one request
@@ -191,6 +193,9 @@ func checkOnline(ctx context.Context, cfg *config.Config, base *rest.Config) (on
 	served := map[string]*metav1.APIResourceList{}
 	for i, r := range cfg.Resources {
 		rp := fmt.Sprintf("resources[%d]", i)
+		if r.IsDiscover() {
+			continue // checkDiscovered
+		}
 		gvr := r.GVR()
 		name := gvr.GroupResource().String() + "/" + gvr.Version
 		gv := gvr.GroupVersion().String()
@@ -235,7 +240,44 @@ func checkOnline(ctx context.Context, cfg *config.Config, base *rest.Config) (on
 			}
 		}
 	}
+	checkDiscovered(ctx, cfg, disc, authz.SelfSubjectAccessReviews(), &res)
 	return res, nil
+}
+
+// checkDiscovered lists, as warnings, the groups discovery cannot read and
+// each resource a discover entry selects that the user may not list or
+// watch: kubewire streams the others and keeps retrying those, so none is
+// a failure.
+func checkDiscovered(ctx context.Context, cfg *config.Config, disc discovery.DiscoveryInterface, reviews authorizationclient.SelfSubjectAccessReviewInterface, res *onlineResult) {
+	if !cfg.DiscoverEntries() {
+		return
+	}
+	gvrs, failed, err := app.ServedResources(disc, slog.New(slog.DiscardHandler))
+	if err != nil {
+		res.fail("resources: discovery failed: %v", err)
+		return
+	}
+	for _, gv := range failed {
+		res.warn("resources: discovery of %s failed (an aggregated API whose Service is missing?); its resources are not streamed while it fails", gv)
+	}
+	for _, r := range cfg.Expand(gvrs) {
+		if !r.Discovered {
+			continue
+		}
+		i := slices.IndexFunc(cfg.Resources, func(e config.Resource) bool {
+			return e.IsDiscover() && e.Discover.Selects(r.GVR().GroupResource())
+		})
+		name := r.GVR().GroupResource().String() + "/" + r.Version
+		for _, ns := range accessScopes(r, true) {
+			denied, err := deniedVerbs(ctx, reviews, r, ns)
+			switch {
+			case err != nil:
+				res.fail("resources[%d]: %s (discovered): cannot check permissions in %s: %v", i, name, scopeName(ns), err)
+			case len(denied) > 0:
+				res.warn("resources[%d]: %s (discovered): permission denied: the kubeconfig's user cannot %s it in %s; kubewire streams the other resources and retries this one", i, name, strings.Join(denied, " or "), scopeName(ns))
+			}
+		}
+	}
 }
 
 // accessScopes lists the namespaces whose list and watch permission a

@@ -122,7 +122,7 @@ func (v *View) ApplyIn(partition string, ev *event.Event) { v.ApplyAt(v.position
 
 // ApplyAt applies one event read at pos.
 func (v *View) ApplyAt(pos consumer.Position, ev *event.Event) {
-	if t := ev.Type(); t != encoding.TypeSnapshotStarted && t != encoding.TypeSnapshotCompleted && t != encoding.TypeGap {
+	if t := ev.Type(); t != encoding.TypeSnapshotStarted && t != encoding.TypeSnapshotCompleted && t != encoding.TypeGap && t != encoding.TypeRemoved {
 		v.Events++
 	}
 	if v.ids == nil {
