@@ -144,6 +144,9 @@ func New(c *informer.Change) (*Event, error) {
 	case c.IsMarker():
 		e.id = strings.TrimSpace(c.SnapshotID + "/" + string(c.Op))
 		e.SetExtension(ExtSnapshotID, c.SnapshotID)
+		if c.SnapshotRV != "" {
+			e.SetExtension(ExtSnapshotRV, c.SnapshotRV)
+		}
 		m := SnapshotMarker{SnapshotID: c.SnapshotID, Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource}
 		if c.Op == informer.OpSnapshotCompleted {
 			n := c.Count

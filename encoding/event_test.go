@@ -2,10 +2,12 @@ package encoding_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -104,6 +106,44 @@ func TestSnapshotMarkersCarryTheirIDAndCount(t *testing.T) {
 	if ev.Type() != encoding.TypeSnapshotCompleted || ev.ID() != "s2/completed" || ev.Extensions()["partitionkey"] != "configmaps" ||
 		m.Count == nil || *m.Count != 12 || m.SnapshotID != "s2" || m.Resource != "configmaps" {
 		t.Fatalf("got %s %s %v %s", ev.Type(), ev.ID(), ev.Extensions(), ev.Data())
+	}
+}
+
+func TestSnapshotMarkersCarryTheResourceVersionOfTheirListAsAStringExtension(t *testing.T) {
+	r := informer.NewResource("prod", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true)
+	for _, tc := range []struct {
+		name string
+		rv   string
+		want map[string]any
+	}{
+		{"a marker that knows its version", "4711", map[string]any{"snapshotrv": "4711"}},
+		{"the initial started marker, sent before its list", "", map[string]any{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, op := range []informer.Op{informer.OpSnapshotStarted, informer.OpSnapshotCompleted} {
+				ev, err := encoding.New(&informer.Change{Op: op, Resource: r, Key: r.KeyPrefix, SnapshotID: "s3", SnapshotRV: tc.rv, Observed: time.Now()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Read back through sdk-go, the consumers' reader, from the
+				// structured JSON every binding agrees with.
+				b, err := ev.MarshalJSON()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var back event.Event
+				if err := back.UnmarshalJSON(b); err != nil {
+					t.Fatal(err)
+				}
+				got := map[string]any{}
+				if v, ok := back.Extensions()["snapshotrv"]; ok {
+					got["snapshotrv"] = v
+				}
+				if !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("%s: extensions %v, want snapshotrv as %v", op, back.Extensions(), tc.want)
+				}
+			}
+		})
 	}
 }
 

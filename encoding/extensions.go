@@ -25,6 +25,12 @@ const (
 	// of the snapshot could not be delivered; its value is how many.
 	// Consumers must not prune on such a marker.
 	ExtIncomplete = "incomplete"
+	// ExtSnapshotRV is set on snapshot markers: the resourceVersion of the
+	// snapshot's list, the highest version kubewire had handled when it
+	// enqueued the marker (informer.Change.SnapshotRV). The state a
+	// snapshot window leaves is the cluster's at its completed marker's
+	// version or later, which is what `kubewire history --at rv:N` needs.
+	ExtSnapshotRV = "snapshotrv"
 	// ExtConflated is set on an event that stands for several changes of
 	// its object folded together while the buffer was full; its value is
 	// how many earlier changes were folded in. The dispatcher sets it.
@@ -56,7 +62,7 @@ const PayloadReference = shape.PayloadReference
 // something per name once (binding header names) instead of per event.
 var Extensions = []string{
 	ExtPartitionKey, ExtAPIVersion, ExtKind, ExtNamespace, ExtName, ExtUID, ExtResourceVersion,
-	ExtCluster, ExtSnapshotID, ExtFinalStateUnknown, ExtIncomplete, ExtConflated, ExtConflatedFrom, ExtPayload,
+	ExtCluster, ExtSnapshotID, ExtSnapshotRV, ExtFinalStateUnknown, ExtIncomplete, ExtConflated, ExtConflatedFrom, ExtPayload,
 	ExtChangedBy, ExtChangeOp, ExtChangeTime,
 }
 

@@ -137,6 +137,15 @@ type Change struct {
 	SnapshotID string
 	// Count is the number of records of the snapshot, on the completed marker.
 	Count int
+	// SnapshotRV is set on snapshot markers: the highest resourceVersion
+	// the handler had been given (objects, list ends, bookmarks) when the
+	// marker was enqueued. Every record between a started and a completed
+	// marker is at or below the completed marker's SnapshotRV, so the state
+	// the window leaves is the cluster's at that version or later; a reader
+	// asking for the state at version N starts from a snapshot whose
+	// completed SnapshotRV is at most N. Empty on the initial snapshot's
+	// started marker, which is enqueued before its list is read.
+	SnapshotRV string
 	// Gap is set on OpGap changes only.
 	Gap *Gap
 	// RemovedUID is, on OpRemoved, the uid of what was removed (the

@@ -81,6 +81,7 @@ func (w *Watcher) change(op Op, o Object, now time.Time, snapshotID string) *Cha
 func (w *Watcher) handled(o Object, c *Change) {
 	w.emitMu.Lock()
 	w.seen[nameOf(o)] = o
+	w.noteRV(o.GetResourceVersion())
 	w.track(o, c)
 	if c != nil {
 		w.opt.Out.Enqueue(c)
@@ -92,6 +93,7 @@ func (w *Watcher) handled(o Object, c *Change) {
 func (w *Watcher) gone(o Object, c *Change) {
 	w.emitMu.Lock()
 	delete(w.seen, nameOf(o))
+	w.noteRV(o.GetResourceVersion())
 	w.track(o, c)
 	if c != nil {
 		w.opt.Out.Enqueue(c)

@@ -75,7 +75,31 @@ func (w *Watcher) snapshotDone(start time.Time, records int) {
 func (w *Watcher) marker(op Op, id string, count int) {
 	w.emitMu.Lock()
 	defer w.emitMu.Unlock()
-	w.opt.Out.Enqueue(&Change{Op: op, Resource: w.res, Key: w.res.KeyPrefix, SnapshotID: id, Count: count, Observed: time.Now()})
+	rv := w.handledRV
+	if w.resumer != nil && w.resumer.lastSync != nil {
+		// The handler can be given the last object of a list before the
+		// list's end: the reflector's version is then ahead of handledRV,
+		// and a version too high only makes a reader pick an earlier
+		// snapshot, while one too low would claim a state the window
+		// does not hold (a delete between them unseen).
+		if n, err := strconv.ParseUint(w.resumer.lastSync(), 10, 64); err == nil {
+			rv = max(rv, n)
+		}
+	}
+	snapshotRV := ""
+	if rv > 0 {
+		snapshotRV = strconv.FormatUint(rv, 10)
+	}
+	w.opt.Out.Enqueue(&Change{Op: op, Resource: w.res, Key: w.res.KeyPrefix, SnapshotID: id, Count: count, SnapshotRV: snapshotRV, Observed: time.Now()})
+}
+
+// noteRV raises handledRV to rv. Versions that are not decimal (not
+// etcd's) leave it as it is: markers then carry none. The caller holds
+// emitMu.
+func (w *Watcher) noteRV(rv string) {
+	if n, err := strconv.ParseUint(rv, 10, 64); err == nil && n > w.handledRV {
+		w.handledRV = n
+	}
 }
 
 var lastSnapshot atomic.Int64

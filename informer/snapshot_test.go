@@ -1,6 +1,7 @@
 package informer
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 
@@ -130,6 +131,45 @@ func TestAPeriodicSnapshotWaitsUntilThePreviousOneIsWrittenToEverySink(t *testin
 			}
 			if len(out.recording) != 3 || out.recording[0].Op != OpSnapshotStarted || out.recording[2].Op != OpSnapshotCompleted {
 				t.Fatalf("got %d changes, want started, one record, completed", len(out.recording))
+			}
+		})
+	}
+}
+
+// markers lists the snapshot markers of changes as "op@snapshotRV".
+func markers(changes []*Change) []string {
+	var out []string
+	for _, c := range changes {
+		if c.Op == OpSnapshotStarted || c.Op == OpSnapshotCompleted {
+			out = append(out, string(c.Op)+"@"+c.SnapshotRV)
+		}
+	}
+	return out
+}
+
+func TestSnapshotMarkersCarryTheResourceVersionOfTheirListNotOnlyOfTheirObjects(t *testing.T) {
+	for _, tc := range caches {
+		t.Run(tc.name, func(t *testing.T) {
+			// The list is at 5, its one object last changed at 1: a delete
+			// at 3 left no object behind, so only the list's version
+			// says the window holds the state at 5 rather than at 1.
+			f := newFakeAPIServer(t, "5", configMapJSON("a", "1"))
+			out := &syncOutput{}
+			w := fakeWatcher(t, f, tc.cache, out)
+			stop := runWatcher(t, w)
+			testkit.Eventually(t, "the initial snapshot's completed marker", func() bool { return len(markers(out.changes())) == 2 })
+			f.modify(t, "a", "7")
+			testkit.Eventually(t, "the update to rv 7", func() bool {
+				ops, _ := resourceVersions(out.changes(), "configmaps/ns/a")
+				return len(ops) > 0 && ops[len(ops)-1] == "updated@7"
+			})
+			w.Snapshot()
+			_ = stop()
+			// The initial started marker goes out before the list is read:
+			// it knows no version yet.
+			want := []string{"started@", "completed@5", "started@7", "completed@7"}
+			if got := markers(out.changes()); !slices.Equal(got, want) {
+				t.Fatalf("markers %v, want %v", got, want)
 			}
 		})
 	}

@@ -159,6 +159,9 @@ func (w *Watcher) fromList(listed bool) { w.noteListed = listed }
 // After a list that declared a gap, a snapshot follows, once the informer
 // has synced (the initial list's snapshot is framed by Run).
 func (w *Watcher) reached(rv string, listed bool) {
+	w.emitMu.Lock()
+	w.noteRV(rv)
+	w.emitMu.Unlock()
 	w.streamsMu.Lock()
 	for _, p := range w.streams {
 		p.add(rv, 0)

@@ -91,6 +91,11 @@ type Watcher struct {
 	// stream exactly between the changes before and after it.
 	emitMu sync.Mutex
 	seen   lastSeen
+	// handledRV is the highest resourceVersion handled so far (an
+	// object's, a list's end, a bookmark's), for snapshot markers (see
+	// Change.SnapshotRV). Guarded by emitMu, so that a marker is stamped
+	// with exactly what the changes enqueued before it reached.
+	handledRV uint64
 	// handleHook, when set, runs first in every handler call. Tests use it
 	// to hold the handler while the informer queues notifications behind it;
 	// nil in production.

@@ -105,6 +105,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	err := root.Execute()
 	var ce *config.Error
 	var ue usageError
+	var un unanswerable
 	switch {
 	case err == nil:
 		return ExitOK
@@ -118,6 +119,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ue):
 		fmt.Fprintln(stderr, "error:", err)
 		return ExitConfig
+	case errors.As(err, &un):
+		fmt.Fprintln(stderr, "error:", err)
+		return un.code
 	default:
 		fmt.Fprintln(stderr, "error:", err)
 		return ExitFailed
@@ -159,7 +163,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.AddCommand(newRun(g, stdout, stderr), newValidate(stdout, stderr), newVerify(g, stdout, stderr), newVersion(stdout))
-	root.AddCommand(newTail(g, stdout, stderr))
+	root.AddCommand(newTail(g, stdout, stderr), newHistory(g, stdout, stderr))
 	return root
 }
 

@@ -40,6 +40,9 @@ import (
 //	   TestValidateWithAKubeconfigChecksResourcesPermissionsAndFilesAgainstTheCluster;
 //	   --strict on a warning: TestValidateWithoutAKubeconfigStaysOfflineAndStrictFailsOnWarnings.
 //	3  verify found divergence: TestVerifyExits3WhenTheSinkDivergesAnd0WhenItAgrees.
+//	4-8 history cannot answer (no snapshot, gap, compacted, not whole objects, incomplete):
+//	   TestHistoryExitsWithItsOwnCodeNamingWhatTheStreamCannotAnswer,
+//	   TestHistoryRefusesAnIncompleteSnapshotAndUsesAnOlderCompleteOne.
 
 func TestAnUnknownCommandExits2AndSuggestsTheNearestOne(t *testing.T) {
 	for _, tc := range []struct {

@@ -40,7 +40,7 @@ func TestEveryCommandsHelpHasAnExample(t *testing.T) {
 }
 
 func TestHelpPrintsTheExamplesSection(t *testing.T) {
-	for _, cmd := range []string{"run", "validate", "verify", "tail"} {
+	for _, cmd := range []string{"run", "validate", "verify", "tail", "history"} {
 		code, out, errOut := run(cmd, "--help")
 		if code != cli.ExitOK || !strings.Contains(out, "Examples:\n  # ") {
 			t.Errorf("%s --help: exit %d, no Examples section:\n%s%s", cmd, code, out, errOut)
