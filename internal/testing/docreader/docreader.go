@@ -1,9 +1,10 @@
 // Package docreader is a second, independent reader of kubewire's event
 // stream, written from the documentation without reading package consumer
 // (nor the Python example, nor kubewire verify): from docs/events.md alone,
-// at revision 2449bfe ("the consumer's rule as one algorithm, step by step,
-// per record type", as carried by branch i41 at fd068ef), and from the
-// vector format of testdata/consumer-vectors/README.md. Its only purpose is to show that
+// at revision eebc576 (branch docfix: "the consumer's rule answers what an
+// independent reader found ambiguous (issue 41)"; it was first written at
+// 2449bfe), and from the vector format of
+// testdata/consumer-vectors/README.md at that same revision. Its only purpose is to show that
 // the document is enough to rebuild the state the vectors expect: where it
 // needed a reading the document does not spell out, a comment says so at
 // that spot and names the choice.
@@ -28,6 +29,7 @@ const (
 	typeStarted   = "io.kubewire.snapshot.started"
 	typeCompleted = "io.kubewire.snapshot.completed"
 	typeGap       = "io.kubewire.watch.gap"
+	typeRemoved   = "io.kubewire.resource.removed"
 )
 
 // Record is one record read from a partition: a CloudEvent in the
@@ -62,8 +64,8 @@ func (p Problem) String() string {
 
 // entry is the state of one key: held (an object) or gone (removed).
 type entry struct {
-	resource  string // of the key, to match windows and gaps
-	namespace string // of the key, to match gaps of one namespace
+	resource  string // the key's first segment, to match windows, gaps and removals
+	namespace string // the namespace extension of the event that set it, to match gaps
 
 	held      bool
 	uid       string
@@ -78,6 +80,14 @@ type entry struct {
 	forgot   uint64
 	pruned   uint64 // gone only
 	skipTomb *string
+	sid      *string   // held only: the last snapshot that listed it in part
+	listed   []listing // snapshots that listed it in another partition than part
+}
+
+// listing is one element of an entry's `listed`: snapshot s listed the key
+// in partition Q.
+type listing struct {
+	snapshot, partition string
 }
 
 type window struct {
@@ -89,6 +99,14 @@ type openWindow struct {
 	start    uint64
 }
 
+// doneWindow is a window of `done`, "with that same seq" (its started's).
+// A completed marker whose started was never read (K1) puts a window in
+// done that has no started, hence no seq: hasStart is false.
+type doneWindow struct {
+	start    uint64
+	hasStart bool
+}
+
 // Reader keeps the state the consumer's rule says a consumer keeps, for
 // one consumer of one topic or stream set. The zero value is not ready;
 // use New. A Reader is not safe for concurrent use.
@@ -97,7 +115,7 @@ type Reader struct {
 	seq      uint64
 	entries  map[string]*entry
 	open     map[window]openWindow
-	done     map[window]bool
+	done     map[window]doneWindow
 	gaps     map[string]bool // gap ids reported once
 	problems []Problem
 }
@@ -108,7 +126,7 @@ func New() *Reader {
 		next:    map[string]uint64{},
 		entries: map[string]*entry{},
 		open:    map[window]openWindow{},
-		done:    map[window]bool{},
+		done:    map[window]doneWindow{},
 		gaps:    map[string]bool{},
 	}
 }
@@ -202,8 +220,10 @@ func (r *Reader) Read(rec Record) {
 	r.next[rec.Partition] = rec.Offset + 1
 
 	if rec.Event == nil {
-		// A tombstone is not a CloudEvent, yet it is no breach of step 1:
-		// step T handles it. It takes a seq like every record of step 2.
+		// Step 1: "A Kafka tombstone goes to step T." Whether it passes
+		// step 2's "seq = seq + 1" on its way is not said; `seq` is "+1 for
+		// every record handled below (steps 0 and 1 excepted)", and T is
+		// below, so it takes a seq. (Only the seen that T sets reads it.)
 		r.seq++
 		r.tombstone(rec)
 		return
@@ -225,9 +245,9 @@ func (r *Reader) Read(rec Record) {
 		r.report(rec, "event %s has no partitionkey", ev.ID)
 		return
 	}
-	// Step 1's list is taken as complete: an object event without uid, or
-	// a marker or synced record without snapshotid, is applied as it is
-	// (an empty uid or snapshot id), since the list does not name them.
+	// Step 1: "That is the whole list: a record with another attribute
+	// missing (a uid, say) is applied as it is": an empty uid or snapshot
+	// id is applied as one.
 	switch ev.Type {
 	case typeAdded, typeUpdated, typeSynced, typeDeleted:
 		if ev.RV == nil {
@@ -266,14 +286,11 @@ func (r *Reader) Read(rec Record) {
 			return
 		}
 		r.seq++
-		// The namespace is both an extension and a data field of a gap;
-		// the rule says only "watch.gap with namespace n". The extension
-		// is read first, the data's field if the extension is absent.
-		ns := ev.Namespace
-		if ns == "" {
-			ns = g.Namespace
-		}
-		r.gap(rec, ev, ns)
+		// G: "watch.gap whose data names namespace n (or none)".
+		r.gap(rec, ev, g.Namespace)
+	case typeRemoved:
+		r.seq++
+		r.removed(rec, ev)
 	default:
 		r.report(rec, "event %s has an unknown type %q", ev.ID, ev.Type)
 	}
@@ -284,19 +301,19 @@ func (r *Reader) object(rec Record, ev event, v uint64) {
 	k := *ev.PartitionKey
 	E := r.entries[k]
 
-	// O1: every object event is an event of its key, even one skipped.
-	if E != nil {
+	// O1: an object event of the key's partition is an event of its key,
+	// even one skipped; one of another partition counts only if it sets E
+	// (every step that sets E sets seen below).
+	if E != nil && E.part == P {
 		E.seen = r.seq
 	}
 
-	// The rule never keeps ids, although "Ordering and delivery" says
-	// "Drop an event whose id you have already applied": this reader
-	// follows the step-by-step rule, which calls itself "the whole rule".
-	// (After a backwards restore the same id can carry other content.)
+	// No ids are kept: "Do not drop events by id alone" ("Ordering and
+	// delivery").
 
 	// O2: a synced record of a window already applied is skipped.
 	w := window{P, ev.SnapshotID}
-	if ev.Type == typeSynced && r.done[w] {
+	if _, done := r.done[w]; ev.Type == typeSynced && done {
 		return
 	}
 	var start uint64
@@ -304,15 +321,19 @@ func (r *Reader) object(rec Record, ev event, v uint64) {
 		start = o.start
 	}
 
-	// O3. "forgot is true if E.forgot > 0 and the event is not synced or
-	// start > E.forgot" is read as E.forgot > 0 && (not synced || start >
-	// E.forgot): the other grouping would forget the version of every key
-	// without a gap at every snapshot record.
-	forgot := E != nil && E.forgot > 0 && (ev.Type != typeSynced || start > E.forgot)
+	// O3.
+	forgot := E != nil && E.forgot > 0 && E.part == P && (ev.Type != typeSynced || start > E.forgot)
 	older := func(x uint64) bool { return !forgot && v < x }
 
+	// "When a step below makes E held or gone, seen = seq, forgot = 0,
+	// pruned = 0, skipTomb and sid none, and listed stays".
 	set := func(held bool) *entry {
+		var listed []listing
+		if E != nil {
+			listed = E.listed
+		}
 		n := &entry{
+			listed:    listed,
 			resource:  resourceOf(k),
 			namespace: ev.Namespace,
 			held:      held,
@@ -326,6 +347,10 @@ func (r *Reader) object(rec Record, ev event, v uint64) {
 			n.typ = ev.Type
 			n.object = ev.Data
 			n.reference = ev.Payload == "reference"
+			if ev.Type == typeSynced { // O5.4: "for a synced record sid = s"
+				sid := ev.SnapshotID
+				n.sid = &sid
+			}
 		}
 		r.entries[k] = n
 		return n
@@ -348,6 +373,16 @@ func (r *Reader) object(rec Record, ev event, v uint64) {
 		return
 	}
 
+	// O5.0.
+	if ev.Type == typeSynced && E != nil && E.held && v <= E.version {
+		if E.part == P {
+			sid := ev.SnapshotID
+			E.sid = &sid
+		} else {
+			E.addListed(listing{ev.SnapshotID, P})
+		}
+	}
+
 	switch {
 	case E != nil && E.held && E.uid == ev.UID && E.version == v: // O5.1
 		if E.reference && ev.Payload != "reference" {
@@ -364,7 +399,7 @@ func (r *Reader) object(rec Record, ev event, v uint64) {
 
 func (r *Reader) started(rec Record, ev event) {
 	w := window{rec.Partition, ev.SnapshotID}
-	if r.done[w] {
+	if _, ok := r.done[w]; ok {
 		return
 	}
 	if _, ok := r.open[w]; ok {
@@ -373,17 +408,27 @@ func (r *Reader) started(rec Record, ev event) {
 	r.open[w] = openWindow{resource: *ev.PartitionKey, start: r.seq}
 }
 
+// windowStart is the seq of Q's window of s, open or done, if it has one.
+func (r *Reader) windowStart(Q, s string) (uint64, bool) {
+	if o, ok := r.open[window{Q, s}]; ok {
+		return o.start, true
+	}
+	d, ok := r.done[window{Q, s}]
+	return d.start, ok && d.hasStart
+}
+
 func (r *Reader) completed(rec Record, ev event) {
 	P := rec.Partition
-	w := window{P, ev.SnapshotID}
+	s := ev.SnapshotID
+	w := window{P, s}
 	// K1.
-	if r.done[w] {
+	if _, ok := r.done[w]; ok {
 		return
 	}
-	r.done[w] = true
 	o, ok := r.open[w]
+	r.done[w] = doneWindow{start: o.start, hasStart: ok}
 	if !ok {
-		r.report(rec, "snapshot.completed of %q whose started was never read in %s", ev.SnapshotID, P)
+		r.report(rec, "snapshot.completed of %q whose started was never read in %s", s, P)
 		return
 	}
 	delete(r.open, w)
@@ -399,8 +444,36 @@ func (r *Reader) completed(rec Record, ev event) {
 			delete(r.entries, k)
 			continue
 		}
+		// "it stays if E.listed has (s, Q) for this snapshot s, or (s', Q)
+		// where Q's window of s started before Q's window of s'". When Q
+		// has no window of s (it was added after s started there, or s's
+		// started was never read in Q), the two cannot be ordered and
+		// (s', Q) does not spare k: the closing paragraph of the rule says
+		// so ("it has no window of s, so a record of a later snapshot
+		// there cannot be ordered against s, and k's old partition's
+		// window of s prunes k").
+		stays := false
+		kept := E.listed[:0:0]
+		for _, l := range E.listed {
+			if l.snapshot == s {
+				stays = true
+				continue // "remove (s, ·) from E.listed either way"
+			}
+			kept = append(kept, l)
+			if qs, ok := r.windowStart(l.partition, s); ok {
+				if qs2, ok := r.windowStart(l.partition, l.snapshot); ok && qs < qs2 {
+					stays = true
+				}
+			}
+		}
+		E.listed = kept
+		if stays {
+			continue
+		}
+		// Gone at its uid and version, pruned = seq, keeping forgot;
+		// listed stays.
 		E.held, E.object, E.typ, E.reference = false, nil, "", false
-		E.seen, E.pruned, E.skipTomb = r.seq, r.seq, nil
+		E.seen, E.pruned, E.skipTomb, E.sid = r.seq, r.seq, nil, nil
 	}
 }
 
@@ -419,6 +492,31 @@ func (r *Reader) gap(rec Record, ev event, ns string) {
 	}
 }
 
+// removed handles a resource.removed: every held entry of its resource
+// with E.part = P becomes gone at its uid and version; P's open windows of
+// that resource are dropped (neither open nor done: the rule does not put
+// them in done).
+//
+// "When a step below makes E held or gone, seen = seq, forgot = 0, pruned
+// = 0 ... unless it says otherwise": this step says nothing otherwise, so
+// unlike T and K2 it does not keep forgot.
+func (r *Reader) removed(rec Record, ev event) {
+	P := rec.Partition
+	res := *ev.PartitionKey
+	for _, E := range r.entries {
+		if E.resource != res || E.part != P || !E.held {
+			continue
+		}
+		E.held, E.object, E.typ, E.reference = false, nil, "", false
+		E.seen, E.forgot, E.pruned, E.skipTomb, E.sid = r.seq, 0, 0, nil, nil
+	}
+	for w, o := range r.open {
+		if w.partition == P && o.resource == res {
+			delete(r.open, w)
+		}
+	}
+}
+
 func (r *Reader) tombstone(rec Record) {
 	E := r.entries[rec.Tombstone]
 	if E == nil {
@@ -429,16 +527,24 @@ func (r *Reader) tombstone(rec Record) {
 	if E.held && E.part == P && !skip {
 		// T: gone at its uid and version, keeping forgot; by the rule's
 		// general sentence ("When a step below makes E held or gone, seen
-		// = seq ... pruned = 0") the tombstone also sets seen and clears
-		// pruned. A tombstone that changes nothing leaves seen alone,
-		// although `seen` is defined as "the seq of the key's last
-		// record": only O1 says a skipped record counts for the prune, and
-		// a tombstone is no event.
+		// = seq ... pruned = 0, skipTomb and sid none") the tombstone also
+		// sets seen. A tombstone that removes nothing changes nothing,
+		// seen included (T).
 		E.held, E.object, E.typ, E.reference = false, nil, "", false
-		E.seen, E.pruned, E.skipTomb = r.seq, 0, nil
+		E.seen, E.pruned, E.skipTomb, E.sid = r.seq, 0, nil, nil
 		return
 	}
 	if skip {
 		E.skipTomb = nil
 	}
+}
+
+// addListed adds l to E.listed, once.
+func (E *entry) addListed(l listing) {
+	for _, x := range E.listed {
+		if x == l {
+			return
+		}
+	}
+	E.listed = append(E.listed, l)
 }
