@@ -93,3 +93,7 @@ func SetStallAfter(t interface{ Cleanup(func()) }, d time.Duration) {
 	stallAfter = d
 	t.Cleanup(func() { stallAfter = old })
 }
+
+// StallAfter is how long a partition's request may be in flight before
+// Writes stop waiting for it.
+func StallAfter() time.Duration { return stallAfter }
