@@ -121,7 +121,12 @@ func (d *Dispatcher) encode(batch []*entry, events []*encoding.Event) ([]*entry,
 var errOutcomeCount = errors.New("sink reported the outcome of a different number of events than it was given")
 
 // outcome counts what one failed Write did acknowledge.
-type outcome struct{ acked int }
+type outcome struct {
+	acked int
+	// stalled counts the new events (not retries) that failed only because
+	// their part of the sink stalled (sinks.ErrPartStalled).
+	stalled int
+}
 
 // settle applies what a Write that returned err says of each event:
 // acknowledged events are counted as published, events refused for good
@@ -156,6 +161,9 @@ func (d *Dispatcher) settle(l *lane, batch []*entry, events []*encoding.Event, e
 		if errors.Is(ierr, sinks.ErrPermanent) && !ending {
 			d.refused(ev, e, ierr)
 			continue
+		}
+		if !e.retried && errors.Is(ierr, sinks.ErrPartStalled) {
+			o.stalled++
 		}
 		// Kept, whether it failed transiently or its refusal is not
 		// trusted at the end.

@@ -85,3 +85,40 @@ func TestAKeyThatFailsHoldsBackOnlyItsOwnChangesInItsShard(t *testing.T) {
 		}
 	}
 }
+
+// A key whose part of the sink stalled (its Kafka partition's leader
+// stopped answering) while the rest of the sink takes events says nothing
+// about the sink: a Write whose new events all went to that part must not
+// make the shard wait out the retry's backoff before it takes other keys.
+// The backoff here is an hour, so only a shard that goes on passes.
+func TestAWriteThatReachedOnlyAStalledPartDoesNotMakeTheShardWaitItsBackoff(t *testing.T) {
+	rec := &memsink.Sink{}
+	stuck := res.ObjectKey("ns", "stuck")
+	rec.FailEach(func(ev *encoding.Event) error {
+		if key(ev) == stuck {
+			return fmt.Errorf("memsink: %s: %w", stuck, sinks.ErrPartStalled)
+		}
+		return nil
+	})
+	opt := fastOptions()
+	opt.Shards = 1
+	opt.RetryInitial, opt.RetryMax = time.Hour, time.Hour
+	d := dispatch.NewDispatcher("stalled-part", rec, opt)
+	d.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		d.Close(ctx)
+	})
+
+	// The first Write holds only the stalled key's change, and fails.
+	d.Enqueue(dispatch.NewItem(change(informer.OpUpdated, "stuck", 1)))
+	testkit.Eventually(t, "a failed write", func() bool { return rec.Writes() > 0 })
+	const others = 20
+	for i := range others {
+		d.Enqueue(dispatch.NewItem(change(informer.OpAdded, "cm"+strconv.Itoa(i), 1)))
+	}
+	testkit.Within(t, 5*time.Second, "the other objects' changes while one object's part is stalled", func() bool {
+		return len(rec.Events()) == others
+	}, func() string { return strconv.Itoa(len(rec.Events())) + " delivered" })
+}

@@ -415,13 +415,13 @@ func (l *lane) attempt(h *held, batch []*entry, retried int, events []*encoding.
 	}
 	restSize := int64(0)
 	var back []*entry
-	freshFailed := false
+	freshFailed := 0
 	for _, e := range rest {
 		restSize += e.size
 		if e.retried {
 			back = append(back, e)
 		} else {
-			freshFailed = true
+			freshFailed++
 			h.add(e)
 		}
 	}
@@ -452,9 +452,12 @@ func (l *lane) attempt(h *held, batch []*entry, retried int, events []*encoding.
 	if d.work.Err() != nil {
 		return events
 	}
-	if o.acked == 0 && freshFailed {
+	if o.acked == 0 && freshFailed > o.stalled {
 		// New events fail as well as held ones: the resource's writes
-		// fail, not just some of its keys.
+		// fail, not just some of its keys. New events that failed only
+		// because their part of the sink stalled do not count: the
+		// sink's other parts may take the next keys, and waiting out the
+		// retry's backoff would hold those back with the stalled ones.
 		l.down.Store(true)
 		h.dead = true
 	}

@@ -73,6 +73,14 @@ func Permanent(err error) error {
 	return fmt.Errorf("%w: %w", ErrPermanent, err)
 }
 
+// ErrPartStalled marks an event that failed because the part of the sink it
+// goes to (a Kafka partition whose leader stopped answering) is stalled
+// while the rest of the sink may take events. It is transient. A Write
+// whose new events all failed with it says nothing about the sink as a
+// whole, so the dispatcher holds those keys for their retry and goes on
+// with the others, rather than wait as it does for a sink that is down.
+var ErrPartStalled = errors.New("part of the sink stalled")
+
 // ErrTooLarge marks a broker's refusal of an event, or of a request, because
 // of its size. Each adapter recognises its broker's own error for that
 // (kafka-go's MessageSizeTooLarge, nats.go's ErrMaxPayload, ...) and wraps

@@ -139,8 +139,9 @@ func (p *partition) stalled(now time.Time) bool {
 
 // errStalled marks the events of a unit whose Write stopped waiting for its
 // stalled partition. How much of the unit the broker took is not known to
-// the Write: all of its events failed.
-var errStalled = errors.New("partition stalled")
+// the Write: all of its events failed. It is sinks.ErrPartStalled, so
+// that the dispatcher goes on with the keys of other partitions.
+var errStalled = fmt.Errorf("partition stalled (%w)", sinks.ErrPartStalled)
 
 func (p *partition) stallError(err error) error {
 	return fmt.Errorf("kafka: %s[%d] has had a request unanswered for more than %v: %w: %w",

@@ -143,3 +143,87 @@ func TestAStalledPartitionHoldsBackOnlyItsOwnObjects(t *testing.T) {
 		}
 	}
 }
+
+// A Write whose events all went to the stalled partition had none
+// acknowledged, yet the sink's other partitions take events: the shard
+// must go on with other objects at once, not wait out the retry's backoff
+// as for a broker that is down. The backoff here is an hour and each Write
+// holds one event, so the first Write fails alone and only a shard that
+// goes on delivers the rest.
+func TestAWriteOnlyToAStalledPartitionDoesNotHoldBackTheShardsOtherObjects(t *testing.T) {
+	kafka.SetStallAfter(t, 300*time.Millisecond)
+	f := startFake(t)
+	const partitions = 4
+	s, prefix := newSink(t, f.addr(), partitions, func(k *kafka.Config) {
+		k.RequestTimeout = config.NewDuration(time.Minute)
+	})
+	topic := widgetTopic(prefix)
+	connect(t, s)
+	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1))
+
+	bal, err := kafka.NewBalancer(kafka.BalancerMurmur2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partitionOf := func(name string) int {
+		ev := mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", name, 1))
+		return bal.Balance(kafkago.Message{Key: []byte(ev.Extension(encoding.ExtPartitionKey))}, 0, 1, 2, 3)
+	}
+	const stalled = 0
+	release := make(chan struct{})
+	var held atomic.Int32
+	f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.c.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if len(pr.Topics) == 1 && pr.Topics[0].Topic == topic && pr.Topics[0].Partitions[0].Partition == stalled {
+			held.Add(1)
+			f.c.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+
+	d := dispatch.NewDispatcher("kafka-stall-alone", s, dispatch.Options{
+		Shards: 1, BatchSize: 1, RetryInitial: time.Hour, RetryMax: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	d.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		d.Close(ctx)
+	})
+	// Before the Close above: the sink's Close waits for the held request.
+	t.Cleanup(func() { close(release) })
+
+	// Two objects of the stalled partition: the first Write's request is
+	// held until it counts as stalled, the second's fails at once, alone.
+	var first []string
+	others := map[string]bool{}
+	for o := 0; len(first) < 2 || len(others) < 10; o++ {
+		name := "cm-" + strconv.Itoa(o)
+		if partitionOf(name) == stalled {
+			if len(first) < 2 {
+				first = append(first, name)
+			}
+		} else if len(others) < 10 {
+			others[name] = true
+		}
+	}
+	for _, name := range first {
+		d.Enqueue(dispatch.NewItem(sinktest.Change(informer.OpUpdated, "team-a", name, 2)))
+	}
+	testkit.Eventually(t, "a request to the stalled partition", func() bool { return held.Load() > 0 })
+	for name := range others {
+		d.Enqueue(dispatch.NewItem(sinktest.Change(informer.OpUpdated, "team-a", name, 2)))
+	}
+	got := 0
+	testkit.Within(t, 10*time.Second, "every object of the other partitions", func() bool {
+		got = 0
+		for _, r := range readTopic(context.Background(), t, f.addr(), topic) {
+			if others[string(r.headers["ce_name"])] {
+				got++
+			}
+		}
+		return got == len(others)
+	}, func() string { return fmt.Sprintf("%d of %d in the topic", got, len(others)) })
+}
