@@ -57,6 +57,7 @@ var errCompacted = errors.New("the topic is compacted")
 
 type historyFlags struct {
 	path, sink, at, output, resource string
+	since, until                     string
 	namespaces, names                []string
 	selector                         string
 	margin                           time.Duration
@@ -65,11 +66,25 @@ type historyFlags struct {
 func newHistory(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	var f historyFlags
 	cmd := &cobra.Command{
-		Use:   "history --config FILE --sink NAME --at POINT",
-		Short: "Print the objects as they were at a point in the past, read back from a sink's topic",
+		Use:   "history --config FILE --sink NAME (--at POINT | RESOURCE/[NAMESPACE/]NAME [--since POINT] [--until POINT])",
+		Short: "Print the objects as they were at a point in the past, or every version of one object, read back from a sink's topic",
 		Long: `Print the objects of the resources routed to a kafka sink as they were at
 POINT, read back from the sink's topic: from the last complete snapshot
 before POINT, and every change up to it.
+
+With an object instead of --at (configmaps/team-a/web, or nodes/n1 for a
+cluster-scoped one; the resource as --resource takes it), print every
+version of that object between --since and --until (each a POINT, both
+optional), in resourceVersion order: its time, the change, the field
+manager that wrote it (BY), and the fields it changed. Each change is shown
+once; a snapshot record (synced) only where it carries a version no event
+before it did. The field manager is the client that wrote the object
+(kubectl, helm, a controller), not the user: only the API server's audit
+log knows who made a change. -o json prints one line per version with its
+time, type, changedby, resourceVersion and the object; -o yaml the same as
+YAML documents. When a declared watch gap overlaps the range, history
+prints the versions it read and then exits 5 naming the gap's range: those
+versions are real, but others may be missing.
 
 POINT is a resourceVersion (rv:N), an RFC 3339 time (2026-11-23T10:00:00Z)
 or a time relative to now (-1h, -90m). A resourceVersion is exact. A time is
@@ -95,8 +110,19 @@ POINT are marked incomplete.
 
   # one object at an exact resourceVersion, as YAML
   kubewire history --config kubewire.yaml --sink events --at rv:48211 --name web -o yaml`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError{fmt.Errorf("%s takes at most one object, got %q", cmd.CommandPath(), args)}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				return runObjectHistoryCmd(g, f, args[0], stdout, stderr)
+			}
+			if f.since != "" || f.until != "" {
+				return usageError{errors.New("--since and --until go with an object (RESOURCE/NAMESPACE/NAME); for the state at a point, use --at")}
+			}
 			if f.path == "" || f.sink == "" || f.at == "" {
 				return usageError{errors.New("--config, --sink and --at are required")}
 			}
@@ -123,7 +149,9 @@ POINT are marked incomplete.
 	fl := cmd.Flags()
 	fl.StringVar(&f.path, "config", "", "path to the config file (required)")
 	fl.StringVar(&f.sink, "sink", "", "name of the kafka sink to read (required)")
-	fl.StringVar(&f.at, "at", "", "the point: rv:N, an RFC 3339 time, or a relative time such as -1h (required)")
+	fl.StringVar(&f.at, "at", "", "the point: rv:N, an RFC 3339 time, or a relative time such as -1h (required without an object)")
+	fl.StringVar(&f.since, "since", "", "with an object: the versions from this point (rv:N, RFC 3339 or -1h); default: the oldest the topic keeps")
+	fl.StringVar(&f.until, "until", "", "with an object: the versions up to this point, inclusive; default: the newest")
 	fl.StringVar(&f.resource, "resource", "", "only this resource: its name (configmaps) or name.group (widgets.demo.kubewire.io)")
 	fl.StringSliceVar(&f.namespaces, "namespace", nil, "only objects of these namespaces (repeatable, or a comma list)")
 	fl.StringSliceVar(&f.names, "name", nil, "only objects with these names (repeatable, or a comma list)")
