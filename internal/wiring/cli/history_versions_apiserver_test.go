@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -263,4 +264,84 @@ func webSecond(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns st
 func mustUint(s string) uint64 {
 	n, _ := strconv.ParseUint(s, 10, 64)
 	return n
+}
+
+// A real gap: kubewire runs while etcd compacts and the API server
+// restarts, so the new watch cache refuses kubewire's watch, kubewire
+// relists and declares the gap. history of an object across it prints the
+// versions it read and exits 5 naming the gap; a range that ends where the
+// gap begins is whole.
+func TestHistoryOfAnObjectAcrossAGapTheAPIServerForcedExits5NamingIt(t *testing.T) {
+	c := testCluster(t)
+	rc := c.RESTConfig(testcluster.AdminUser)
+	cs := kubernetes.NewForConfigOrDie(rc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := fmt.Sprintf("versions-gap-%d", time.Now().UnixNano()%1e6)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	yaml := fmt.Sprintf(historyE2EConfig, kc.ListenAddrs()[0], ns)
+	path := write(t, yaml)
+	cms := cs.CoreV1().ConfigMaps(ns)
+	k := apptest.Start(t, yaml, rc)
+	k.WaitFor(t, "the first snapshot to complete", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
+	var rvs []string
+	put := func(value string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Data: map[string]string{"v": value}}
+		got, err := cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: "writer-a"})
+		if apierrors.IsNotFound(err) {
+			got, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: "writer-a"})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rvs = append(rvs, got.ResourceVersion)
+	}
+	key := "configmaps/" + ns + "/web"
+	cfg := consumer.VersionsConfig{Brokers: kc.ListenAddrs(), Topic: "e2e.history.configmaps", Key: key}
+	held := func() (*consumer.ObjectVersions, error) { return consumer.Versions(ctx, cfg) }
+	put("1")
+	put("2")
+	testkit.Within(t, time.Minute, "the topic to hold web's second version", func() bool {
+		vs, err := held()
+		return err == nil && len(vs.Versions) == 2
+	})
+	if _, err := c.CompactEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ForgetHistory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	put("3")
+	testkit.Within(t, time.Minute, "the topic to hold the gap and web's third version", func() bool {
+		vs, err := held()
+		return errors.Is(err, consumer.ErrWatchGapInRange) && vs != nil && slices.ContainsFunc(vs.Versions, func(v consumer.Version) bool { return fmt.Sprint(v.RV) == rvs[2] })
+	})
+	k.Shutdown(t)
+
+	code, out, errOut := run("history", "--config", path, "--sink", "events", key, "-o", "json")
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var v versionOut
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		got = append(got, v.ResourceVersion+" "+v.Object.Data["v"])
+	}
+	want := []string{rvs[0] + " 1", rvs[1] + " 2", rvs[2] + " 3"}
+	if code != cli.ExitWatchGap || !slices.Equal(got, want) || !strings.Contains(errOut, "may be missing") {
+		t.Errorf("history %s across the gap: exit %d, printed %v, stderr %q; want exit %d, %v and the gap named", key, code, got, errOut, cli.ExitWatchGap, want)
+	}
+	// The gap begins where the stream was, at or after the second version.
+	code, out, errOut = run("history", "--config", path, "--sink", "events", key, "--until", "rv:"+rvs[1])
+	if code != cli.ExitOK || strings.Count(out, "\n") != 3 {
+		t.Errorf("history %s up to its second version: exit %d, want 0 and two rows\n%s%s", key, code, out, errOut)
+	}
 }
