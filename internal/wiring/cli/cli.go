@@ -489,6 +489,24 @@ func readableSink(cfg *config.Config, name, purpose string) error {
 	return usageError{fmt.Errorf("--sink %q: no resource is routed to this sink, so there is nothing to %s", name, purpose)}
 }
 
+// openSink is what the commands that read a sink back (tail, history)
+// do first: check the logging flags, load the config, and find the sink,
+// which must keep what it was sent and have resources routed to it.
+func openSink(g *globalFlags, stderr io.Writer, path, name string) (*config.Config, *config.Sink, error) {
+	if _, err := g.logger(stderr); err != nil {
+		return nil, nil, err
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := readableSink(cfg, name, "read"); err != nil {
+		return nil, nil, err
+	}
+	sc, _ := cfg.Sink(name)
+	return cfg, sc, nil
+}
+
 // checkListenAddress rejects an address that net.Listen could never bind,
 // so that a typo exits 2 before anything starts. "" (disabled) is fine.
 func checkListenAddress(flag, addr string) error {

@@ -57,6 +57,7 @@ var errCompacted = errors.New("the topic is compacted")
 
 type historyFlags struct {
 	path, sink, at, output, resource string
+	since, until                     string
 	namespaces, names                []string
 	selector                         string
 	margin                           time.Duration
@@ -65,11 +66,25 @@ type historyFlags struct {
 func newHistory(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	var f historyFlags
 	cmd := &cobra.Command{
-		Use:   "history --config FILE --sink NAME --at POINT",
-		Short: "Print the objects as they were at a point in the past, read back from a sink's topic",
+		Use:   "history --config FILE --sink NAME (--at POINT | RESOURCE/[NAMESPACE/]NAME [--since POINT] [--until POINT])",
+		Short: "Print the objects as they were at a point in the past, or every version of one object, read back from a sink's topic",
 		Long: `Print the objects of the resources routed to a kafka sink as they were at
 POINT, read back from the sink's topic: from the last complete snapshot
 before POINT, and every change up to it.
+
+With an object instead of --at (configmaps/team-a/web, or nodes/n1 for a
+cluster-scoped one; the resource as --resource takes it), print every
+version of that object between --since and --until (each a POINT, both
+optional), in resourceVersion order: its time, the change, the field
+manager that wrote it (BY), and the fields it changed. Each change is shown
+once; a snapshot record (synced) only where it carries a version no event
+before it did. The field manager is the client that wrote the object
+(kubectl, helm, a controller), not the user: only the API server's audit
+log knows who made a change. -o json prints one line per version with its
+time, type, changedby, resourceVersion and the object; -o yaml the same as
+YAML documents. When a declared watch gap overlaps the range, history
+prints the versions it read and then exits 5 naming the gap's range: those
+versions are real, but others may be missing.
 
 POINT is a resourceVersion (rv:N), an RFC 3339 time (2026-11-23T10:00:00Z)
 or a time relative to now (-1h, -90m). A resourceVersion is exact. A time is
@@ -95,15 +110,26 @@ POINT are marked incomplete.
 
   # one object at an exact resourceVersion, as YAML
   kubewire history --config kubewire.yaml --sink events --at rv:48211 --name web -o yaml`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError{fmt.Errorf("%s takes at most one object, got %q", cmd.CommandPath(), args)}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				return runObjectHistoryCmd(g, f, args[0], stdout, stderr)
+			}
+			if f.since != "" || f.until != "" {
+				return usageError{errors.New("--since and --until go with an object (RESOURCE/NAMESPACE/NAME); for the state at a point, use --at")}
+			}
 			if f.path == "" || f.sink == "" || f.at == "" {
 				return usageError{errors.New("--config, --sink and --at are required")}
 			}
 			if !slices.Contains([]string{"table", "json", "yaml"}, f.output) {
 				return usageError{fmt.Errorf("-o %q: must be table, json or yaml", f.output)}
 			}
-			pt, err := parsePoint(f.at, time.Now())
+			pt, err := parsePoint("--at", f.at, time.Now())
 			if err != nil {
 				return usageError{err}
 			}
@@ -111,20 +137,9 @@ POINT are marked incomplete.
 			if err != nil {
 				return usageError{fmt.Errorf("--selector %q: %w", f.selector, err)}
 			}
-			if _, err := g.logger(stderr); err != nil {
-				return err
-			}
-			cfg, err := loadConfig(f.path)
+			cfg, sc, blk, err := historySink(g, stderr, f)
 			if err != nil {
 				return err
-			}
-			if err := readableSink(cfg, f.sink, "read"); err != nil {
-				return err
-			}
-			sc, _ := cfg.Sink(f.sink)
-			blk, ok := sc.Block.(*kafka.Config)
-			if !ok {
-				return usageError{fmt.Errorf("--sink %q: history reads kafka sinks so far; this is a %s sink", f.sink, sc.Type)}
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -134,7 +149,9 @@ POINT are marked incomplete.
 	fl := cmd.Flags()
 	fl.StringVar(&f.path, "config", "", "path to the config file (required)")
 	fl.StringVar(&f.sink, "sink", "", "name of the kafka sink to read (required)")
-	fl.StringVar(&f.at, "at", "", "the point: rv:N, an RFC 3339 time, or a relative time such as -1h (required)")
+	fl.StringVar(&f.at, "at", "", "the point: rv:N, an RFC 3339 time, or a relative time such as -1h (required without an object)")
+	fl.StringVar(&f.since, "since", "", "with an object: the versions from this point (rv:N, RFC 3339 or -1h); default: the oldest the topic keeps")
+	fl.StringVar(&f.until, "until", "", "with an object: the versions up to this point, inclusive; default: the newest")
 	fl.StringVar(&f.resource, "resource", "", "only this resource: its name (configmaps) or name.group (widgets.demo.kubewire.io)")
 	fl.StringSliceVar(&f.namespaces, "namespace", nil, "only objects of these namespaces (repeatable, or a comma list)")
 	fl.StringSliceVar(&f.names, "name", nil, "only objects with these names (repeatable, or a comma list)")
@@ -150,24 +167,25 @@ type point struct {
 	at time.Time
 }
 
-func parsePoint(s string, now time.Time) (point, error) {
+// parsePoint reads the value s of flag.
+func parsePoint(flag, s string, now time.Time) (point, error) {
 	if v, ok := strings.CutPrefix(s, "rv:"); ok {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n == 0 {
-			return point{}, fmt.Errorf("--at %q: rv: takes a resourceVersion, a positive decimal number", s)
+			return point{}, fmt.Errorf("%s %q: rv: takes a resourceVersion, a positive decimal number", flag, s)
 		}
 		return point{rv: n}, nil
 	}
 	if strings.HasPrefix(s, "-") {
 		d, err := time.ParseDuration(s[1:])
 		if err != nil || d <= 0 {
-			return point{}, fmt.Errorf("--at %q: a relative time is a duration before now, such as -1h or -90m", s)
+			return point{}, fmt.Errorf("%s %q: a relative time is a duration before now, such as -1h or -90m", flag, s)
 		}
 		return point{at: now.Add(-d)}, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return point{}, fmt.Errorf("--at %q: want rv:N, an RFC 3339 time (2026-11-23T10:00:00Z) or a relative time (-1h)", s)
+		return point{}, fmt.Errorf("%s %q: want rv:N, an RFC 3339 time (2026-11-23T10:00:00Z) or a relative time (-1h)", flag, s)
 	}
 	return point{at: t}, nil
 }
@@ -183,42 +201,20 @@ func runHistory(ctx context.Context, cfg *config.Config, sink string, blk *kafka
 	sel labels.Selector, stdout, stderr io.Writer,
 ) error {
 	k := blk.Defaulted()
-	var res []historyResource
-	for i := range cfg.Resources {
-		rc := &cfg.Resources[i]
-		if !slices.Contains(rc.Sinks, sink) {
-			continue
-		}
-		prefix := rc.Resource
-		if rc.Group != "" {
-			prefix += "." + rc.Group
-		}
-		if f.resource != "" && f.resource != rc.Resource && f.resource != prefix {
-			continue
-		}
-		res = append(res, historyResource{rc: rc, prefix: prefix, topic: kafka.TopicName(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)})
-	}
+	res := historyResources(cfg, sink, &k, f.resource)
 	if len(res) == 0 {
 		return usageError{fmt.Errorf("--resource %q: no such resource is routed to sink %q", f.resource, sink)}
 	}
 	// What the config already says the stream cannot answer, before
 	// anything connects.
 	for _, r := range res {
-		if p := r.rc.Payload; p != "" && p != shape.PayloadFull {
-			return unanswerable{ExitNotWhole, fmt.Errorf("history: resource %s has payload %q: its events do not carry the whole object (only payload full does)", r.prefix, p)}
-		}
-		if r.rc.Filter != "" {
-			return unanswerable{ExitNotWhole, fmt.Errorf("history: resource %s has a filter: the objects it leaves out are not in the topic, so the state would look smaller than it was", r.prefix)}
+		if err := wholeObjects(r); err != nil {
+			return err
 		}
 	}
-	d, err := kafka.Dialer(blk)
+	d, client, err := historyClient(blk)
 	if err != nil {
 		return err
-	}
-	client := &kafkago.Client{
-		Addr:      kafkago.TCP(k.Brokers...),
-		Transport: &kafkago.Transport{TLS: d.TLS, SASL: d.SASLMechanism, ClientID: d.ClientID, DialTimeout: d.Timeout},
-		Timeout:   k.RequestTimeout.Duration,
 	}
 	for _, r := range res {
 		if err := notCompacted(ctx, client, r.topic); err != nil {
@@ -242,6 +238,67 @@ func runHistory(ctx context.Context, cfg *config.Config, sink string, blk *kafka
 		if p.err != nil {
 			return p.err
 		}
+	}
+	return nil
+}
+
+// historyResources are the resources routed to the sink, only the one
+// named resource (its name, or name.group) unless that is "".
+func historyResources(cfg *config.Config, sink string, k *kafka.Config, resource string) []historyResource {
+	var res []historyResource
+	for i := range cfg.Resources {
+		rc := &cfg.Resources[i]
+		if !slices.Contains(rc.Sinks, sink) {
+			continue
+		}
+		prefix := rc.Resource
+		if rc.Group != "" {
+			prefix += "." + rc.Group
+		}
+		if resource != "" && resource != rc.Resource && resource != prefix {
+			continue
+		}
+		res = append(res, historyResource{rc: rc, prefix: prefix, topic: kafka.TopicName(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)})
+	}
+	return res
+}
+
+// historyClient dials the sink's brokers as the sink does: d for
+// reading, client for the topics' configs.
+func historyClient(blk *kafka.Config) (*kafkago.Dialer, *kafkago.Client, error) {
+	k := blk.Defaulted()
+	d, err := kafka.Dialer(blk)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, &kafkago.Client{
+		Addr:      kafkago.TCP(k.Brokers...),
+		Transport: &kafkago.Transport{TLS: d.TLS, SASL: d.SASLMechanism, ClientID: d.ClientID, DialTimeout: d.Timeout},
+		Timeout:   k.RequestTimeout.Duration,
+	}, nil
+}
+
+// historySink opens the config and the kafka sink history reads.
+func historySink(g *globalFlags, stderr io.Writer, f historyFlags) (*config.Config, *config.Sink, *kafka.Config, error) {
+	cfg, sc, err := openSink(g, stderr, f.path, f.sink)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	blk, ok := sc.Block.(*kafka.Config)
+	if !ok {
+		return nil, nil, nil, usageError{fmt.Errorf("--sink %q: history reads kafka sinks so far; this is a %s sink", f.sink, sc.Type)}
+	}
+	return cfg, sc, blk, nil
+}
+
+// wholeObjects says what the config already says the stream cannot
+// answer for a resource, before anything connects.
+func wholeObjects(r historyResource) error {
+	if p := r.rc.Payload; p != "" && p != shape.PayloadFull {
+		return unanswerable{ExitNotWhole, fmt.Errorf("history: resource %s has payload %q: its events do not carry the whole object (only payload full does)", r.prefix, p)}
+	}
+	if r.rc.Filter != "" {
+		return unanswerable{ExitNotWhole, fmt.Errorf("history: resource %s has a filter: the objects it leaves out are not in the topic, so the state would look smaller than it was", r.prefix)}
 	}
 	return nil
 }

@@ -74,17 +74,10 @@ that stdout holds only CloudEvents.`,
 			if err != nil {
 				return err
 			}
-			if _, err := g.logger(stderr); err != nil {
-				return err
-			}
-			cfg, err := loadConfig(f.path)
+			cfg, sc, err := openSink(g, stderr, f.path, f.sink)
 			if err != nil {
 				return err
 			}
-			if err := readableSink(cfg, f.sink, "read"); err != nil {
-				return err
-			}
-			sc, _ := cfg.Sink(f.sink)
 			if n, ok := sc.Block.(*kwnats.Config); ok && n.Mode != kwnats.ModeJetStream {
 				return usageError{fmt.Errorf("--sink %q: a core NATS sink keeps nothing to read back; name a jetstream sink, or use nats sub", f.sink)}
 			}
