@@ -233,11 +233,13 @@ func runHistory(ctx context.Context, cfg *config.Config, sink string, blk *kafka
 		h, err := consumer.HistoryAt(ctx, consumer.HistoryConfig{
 			Brokers: k.Brokers, Topic: r.topic, Dialer: d, Resource: r.prefix, RV: pt.rv, At: pt.at,
 			Lookback: r.rc.SnapshotInterval.Duration + f.margin,
+			// One watch per namespace only when there are several.
+			WatchPerNamespace: r.rc.PerNamespaceWatch() && len(r.rc.Namespaces) > 1,
 		})
 		if err != nil {
 			return historyError(sink, err)
 		}
-		fmt.Fprintf(stderr, "history: %s at resourceVersion %d, from snapshot %s (at %d) in topic %s\n", r.prefix, h.RV, h.Snapshot, h.SnapshotRV, r.topic)
+		fmt.Fprintf(stderr, "history: %s at resourceVersion %d, from snapshot %s (at %d) in topic %s, %d records read\n", r.prefix, h.RV, h.Snapshot, h.SnapshotRV, r.topic, h.Read)
 		printHistory(p, h, sel)
 		if p.err != nil {
 			return p.err
