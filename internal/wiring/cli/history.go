@@ -23,6 +23,7 @@ import (
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/base/shape"
 	"github.com/kubewire/kubewire/sinks/kafka"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
 
 // Exit codes of `kubewire history` when the stream cannot answer: each
@@ -122,13 +123,15 @@ POINT are marked incomplete.
 				return err
 			}
 			sc, _ := cfg.Sink(f.sink)
-			blk, ok := sc.Block.(*kafka.Config)
-			if !ok {
-				return usageError{fmt.Errorf("--sink %q: history reads kafka sinks so far; this is a %s sink", f.sink, sc.Type)}
-			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runHistory(ctx, cfg, sc.Name, blk, f, pt, sel, stdout, stderr)
+			switch blk := sc.Block.(type) {
+			case *kafka.Config:
+				return runHistory(ctx, cfg, sc.Name, blk, f, pt, sel, stdout, stderr)
+			case *kwnats.Config:
+				return runHistoryJetStream(ctx, cfg, sc.Name, blk, f, pt, sel, stdout, stderr)
+			}
+			return usageError{fmt.Errorf("--sink %q: history reads kafka and nats (jetstream) sinks; this is a %s sink", f.sink, sc.Type)}
 		},
 	}
 	fl := cmd.Flags()
@@ -183,33 +186,11 @@ func runHistory(ctx context.Context, cfg *config.Config, sink string, blk *kafka
 	sel labels.Selector, stdout, stderr io.Writer,
 ) error {
 	k := blk.Defaulted()
-	var res []historyResource
-	for i := range cfg.Resources {
-		rc := &cfg.Resources[i]
-		if !slices.Contains(rc.Sinks, sink) {
-			continue
-		}
-		prefix := rc.Resource
-		if rc.Group != "" {
-			prefix += "." + rc.Group
-		}
-		if f.resource != "" && f.resource != rc.Resource && f.resource != prefix {
-			continue
-		}
-		res = append(res, historyResource{rc: rc, prefix: prefix, topic: kafka.TopicName(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)})
-	}
-	if len(res) == 0 {
-		return usageError{fmt.Errorf("--resource %q: no such resource is routed to sink %q", f.resource, sink)}
-	}
-	// What the config already says the stream cannot answer, before
-	// anything connects.
-	for _, r := range res {
-		if p := r.rc.Payload; p != "" && p != shape.PayloadFull {
-			return unanswerable{ExitNotWhole, fmt.Errorf("history: resource %s has payload %q: its events do not carry the whole object (only payload full does)", r.prefix, p)}
-		}
-		if r.rc.Filter != "" {
-			return unanswerable{ExitNotWhole, fmt.Errorf("history: resource %s has a filter: the objects it leaves out are not in the topic, so the state would look smaller than it was", r.prefix)}
-		}
+	res, err := historyResources(cfg, sink, f, func(rc *config.Resource) string {
+		return kafka.TopicName(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)
+	})
+	if err != nil {
+		return err
 	}
 	d, err := kafka.Dialer(blk)
 	if err != nil {
@@ -246,6 +227,41 @@ func runHistory(ctx context.Context, cfg *config.Config, sink string, blk *kafka
 		}
 	}
 	return nil
+}
+
+// historyResources are the resources routed to the sink that --resource
+// keeps, each with where its events are (from), once the config shows the
+// stream can answer for them.
+func historyResources(cfg *config.Config, sink string, f historyFlags, from func(*config.Resource) string) ([]historyResource, error) {
+	var res []historyResource
+	for i := range cfg.Resources {
+		rc := &cfg.Resources[i]
+		if !slices.Contains(rc.Sinks, sink) {
+			continue
+		}
+		prefix := rc.Resource
+		if rc.Group != "" {
+			prefix += "." + rc.Group
+		}
+		if f.resource != "" && f.resource != rc.Resource && f.resource != prefix {
+			continue
+		}
+		res = append(res, historyResource{rc: rc, prefix: prefix, topic: from(rc)})
+	}
+	if len(res) == 0 {
+		return nil, usageError{fmt.Errorf("--resource %q: no such resource is routed to sink %q", f.resource, sink)}
+	}
+	// What the config already says the stream cannot answer, before
+	// anything connects.
+	for _, r := range res {
+		if p := r.rc.Payload; p != "" && p != shape.PayloadFull {
+			return nil, unanswerable{ExitNotWhole, fmt.Errorf("history: resource %s has payload %q: its events do not carry the whole object (only payload full does)", r.prefix, p)}
+		}
+		if r.rc.Filter != "" {
+			return nil, unanswerable{ExitNotWhole, fmt.Errorf("history: resource %s has a filter: the objects it leaves out are not in the topic, so the state would look smaller than it was", r.prefix)}
+		}
+	}
+	return res, nil
 }
 
 // notCompacted reads the topic's cleanup.policy from the brokers: a
