@@ -67,10 +67,11 @@ func newHistory(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	var f historyFlags
 	cmd := &cobra.Command{
 		Use:   "history --config FILE --sink NAME --at POINT",
-		Short: "Print the objects as they were at a point in the past, read back from a sink's topic",
-		Long: `Print the objects of the resources routed to a kafka sink as they were at
-POINT, read back from the sink's topic: from the last complete snapshot
-before POINT, and every change up to it.
+		Short: "Print the objects as they were at a point in the past, read back from a sink's topic or stream",
+		Long: `Print the objects of the resources routed to a kafka sink, or a nats sink in
+jetstream mode, as they were at POINT, read back from the sink's topic or
+stream: from the last complete snapshot before POINT, and every change up to
+it. Each partition is read only until nothing after can change the answer.
 
 POINT is a resourceVersion (rv:N), an RFC 3339 time (2026-11-23T10:00:00Z)
 or a time relative to now (-1h, -90m). A resourceVersion is exact. A time is
@@ -80,11 +81,13 @@ turns the time into the highest resourceVersion observed at or before it and
 answers for that version. The topic is read from before the point by the
 resource's snapshotInterval plus --margin (further back while no snapshot is
 found): Kafka finds an offset by time only as the first record stamped at or
-after it, and timestamps need not rise within a partition.
+after it, and timestamps need not rise within a partition; JetStream finds a
+message by the time the server stored it.
 
 history says so, and exits with a code of its own, when the topic cannot
 answer: 4 no complete snapshot before POINT is left (retention), 5 a declared
-watch gap overlaps the range, 6 the topic is compacted (its cleanup.policy),
+watch gap overlaps the range, 6 the topic is compacted (its cleanup.policy)
+or the stream keeps a few messages per subject (max_msgs_per_subject),
 7 the events do not carry whole objects (payload reference or diff, a
 reference event) or a filter leaves objects out, 8 the snapshots before
 POINT are marked incomplete.
@@ -136,7 +139,7 @@ POINT are marked incomplete.
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.path, "config", "", "path to the config file (required)")
-	fl.StringVar(&f.sink, "sink", "", "name of the kafka sink to read (required)")
+	fl.StringVar(&f.sink, "sink", "", "name of the kafka or jetstream sink to read (required)")
 	fl.StringVar(&f.at, "at", "", "the point: rv:N, an RFC 3339 time, or a relative time such as -1h (required)")
 	fl.StringVar(&f.resource, "resource", "", "only this resource: its name (configmaps) or name.group (widgets.demo.kubewire.io)")
 	fl.StringSliceVar(&f.namespaces, "namespace", nil, "only objects of these namespaces (repeatable, or a comma list)")
