@@ -19,7 +19,7 @@ TOOLS     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kubewire/tools
 CYCLONEDX_GOMOD_VERSION := v1.10.0
 CYCLONEDX_GOMOD := $(TOOLS)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/cyclonedx-gomod
 
-.PHONY: all build test e2e e2e-cluster testbin-node bench bench-drain bench-quick bench-apiserver bench-binary bench-binary-smoke lint demo testbin manifests image release clean
+.PHONY: all build test e2e e2e-cluster testbin-node bench bench-history bench-drain bench-quick bench-apiserver bench-binary bench-binary-smoke lint demo testbin manifests image release clean
 
 all: build
 
@@ -50,10 +50,15 @@ e2e: testbin
 e2e-cluster: testbin-node
 	$(GO) test $(filter-out -race,$(TESTFLAGS)) -tags cluster -run 'Cluster' -timeout 30m ./test/cluster/...
 
-## bench: benchmarks (never part of make test), then bench-drain
+## bench: benchmarks (never part of make test), then bench-history and bench-drain
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 -timeout 40m ./... | tee bench.out
+	$(MAKE) bench-history
 	$(MAKE) bench-drain
+
+## bench-history: time to answer history --at -1h in a topic of a day's history, one million records (kfake); tagged bench
+bench-history:
+	$(GO) test -tags bench -run '^$$' -bench BenchmarkHistoryAtOneHourBackInAMillionRecords -benchtime 5x -count 3 -benchmem -timeout 30m ./consumer | tee bench-history.out
 
 ## bench-drain: the shipped binary, restarted into a 500 MB spool, drains it into real Kafka and nats-server; fails if its peak RSS passes 300 MB (make e2e runs it at 40 MB)
 bench-drain: testbin
@@ -122,4 +127,4 @@ $(CYCLONEDX_GOMOD):
 	GOBIN='$(dir $@)' $(GO) install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_GOMOD_VERSION)
 
 clean:
-	rm -rf bin dist bench.out bench-apiserver.out
+	rm -rf bin dist bench.out bench-history.out bench-apiserver.out

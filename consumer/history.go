@@ -8,12 +8,14 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/kubewire/kubewire/encoding"
+	"github.com/kubewire/kubewire/sinks/kafka"
 )
 
 // What a stream cannot answer about a point in its past. HistoryAt wraps
@@ -61,6 +63,11 @@ type HistoryConfig struct {
 	// While no snapshot is found, it starts again four times further
 	// back, until the first offset. Default 15m.
 	Lookback time.Duration
+	// WatchPerNamespace says kubewire watches the resource per namespace
+	// (config.Resource.PerNamespaceWatch): its namespaces' watches run
+	// apart, so their events do not come in version order, and every
+	// partition is read to its end.
+	WatchPerNamespace bool
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -80,6 +87,10 @@ type History struct {
 	// Incomplete counts the snapshots at or before the point that were
 	// passed over because they are marked incomplete.
 	Incomplete int
+	// Read counts the records read to answer, over every scan: the cost
+	// of the answer, which follows what lies between the snapshot and the
+	// point rather than the length of the topic.
+	Read int64
 }
 
 // marker is what a scan learned of one snapshot.
@@ -120,13 +131,22 @@ func HistoryAt(ctx context.Context, cfg HistoryConfig) (*History, error) {
 	if cfg.RV != 0 || from.IsZero() {
 		from = cfg.Now()
 	}
+	q := historyQuery{resource: cfg.Resource, rv: cfg.RV, at: cfg.At, where: "topic " + cfg.Topic, perNamespace: cfg.WatchPerNamespace,
+		read: func(ctx context.Context, start Positions, onRead func(Read) bool) (int64, error) {
+			return readKafka(ctx, probe, parts, start, onRead)
+		}}
 	lookback := cfg.Lookback
+	var read int64
 	for {
 		start, all, err := historyStart(ctx, probe, parts, from.Add(-lookback))
 		if err != nil {
 			return nil, err
 		}
-		h, err := historyFrom(ctx, cfg, start)
+		h, n, err := historyFrom(ctx, q, start)
+		read += n
+		if h != nil {
+			h.Read = read
+		}
 		if !errors.Is(err, ErrNoSnapshot) && !errors.Is(err, ErrIncompleteSnapshot) || all {
 			return h, err
 		}
@@ -158,10 +178,26 @@ func historyStart(ctx context.Context, s *KafkaSource, parts map[int]bounds, t t
 	return start, all, nil
 }
 
+// historyQuery is what historyFrom answers, whatever the broker.
+type historyQuery struct {
+	resource     string
+	rv           uint64
+	at           time.Time
+	where        string // "topic T", "stream S": for messages
+	perNamespace bool
+	// read reads every partition from start (nil: from its first
+	// position) up to where it ended when reading began, handing each
+	// read to onRead in each partition's order, one call at a time; a
+	// partition ends early once onRead returns true for it. It returns
+	// how many records it read.
+	read func(ctx context.Context, start Positions, onRead func(Read) bool) (int64, error)
+}
+
 // historyFrom scans the topic from start for the resource's snapshots and
-// gaps, picks the snapshot, and applies the window from it.
-func historyFrom(ctx context.Context, cfg HistoryConfig, start Positions) (*History, error) {
-	point := cfg.RV
+// gaps, picks the snapshot, and applies the window from it. It returns
+// how many records it read.
+func historyFrom(ctx context.Context, cfg historyQuery, start Positions) (*History, int64, error) {
+	point := cfg.rv
 	snaps := map[string]*marker{}
 	var order []*marker
 	type gap struct {
@@ -171,11 +207,16 @@ func historyFrom(ctx context.Context, cfg HistoryConfig, start Positions) (*Hist
 	}
 	var gaps []gap
 	var latestAt uint64 // for At: the highest rv observed at or before it
-	err := readTopic(ctx, cfg, start, func(r Read) {
-		if r.Kind != ReadEvent || resourceOf(r.Key) != cfg.Resource {
-			return
+	var total int64
+	// The scan's stop: for a time, the first started marker stamped after
+	// it; for a version, the rule of stopAt.
+	scanStop := newStops(cfg.rv, cfg.at, cfg.perNamespace)
+	n, err := cfg.read(ctx, start, func(r Read) bool {
+		if r.Kind != ReadEvent || resourceOf(r.Key) != cfg.resource {
+			return false
 		}
 		ev := r.Event
+		stop := scanStop.of(r.Position.Partition).next(ev)
 		switch ev.Type() {
 		case encoding.TypeSnapshotStarted, encoding.TypeSnapshotCompleted:
 			id := ext(ev, encoding.ExtSnapshotID)
@@ -193,7 +234,7 @@ func historyFrom(ctx context.Context, cfg HistoryConfig, start Positions) (*Hist
 				m.completed, m.completeRV, m.completedAt = true, rv, r.Position.Offset
 				m.incomplete = m.incomplete || hasExt(ev, encoding.ExtIncomplete)
 			}
-			if !cfg.At.IsZero() && rv != 0 && !ev.Time().After(cfg.At) {
+			if !cfg.at.IsZero() && rv != 0 && !ev.Time().After(cfg.at) {
 				latestAt = max(latestAt, rv)
 			}
 		case encoding.TypeGap:
@@ -207,20 +248,22 @@ func historyFrom(ctx context.Context, cfg HistoryConfig, start Positions) (*Hist
 				gaps[i].after[r.Position.Partition] = r.Position.Offset
 			}
 		default:
-			if !cfg.At.IsZero() && !ev.Time().After(cfg.At) {
+			if !cfg.at.IsZero() && !ev.Time().After(cfg.at) {
 				rv, _ := strconv.ParseUint(ext(ev, encoding.ExtResourceVersion), 10, 64)
 				latestAt = max(latestAt, rv)
 			}
 		}
+		return stop
 	})
+	total += n
 	if err != nil {
-		return nil, err
+		return nil, total, err
 	}
 	if point == 0 {
 		point = latestAt
 		if point == 0 {
-			return nil, fmt.Errorf("%w: no event of %s observed at or before %s is left in topic %s",
-				ErrNoSnapshot, cfg.Resource, cfg.At.Format(time.RFC3339), cfg.Topic)
+			return nil, total, fmt.Errorf("%w: no event of %s observed at or before %s is left in %s",
+				ErrNoSnapshot, cfg.resource, cfg.at.Format(time.RFC3339), cfg.where)
 		}
 	}
 	// The last complete snapshot whose list is at or below the point, and
@@ -241,11 +284,11 @@ func historyFrom(ctx context.Context, cfg HistoryConfig, start Positions) (*Hist
 	}
 	if chosen == nil {
 		if incomplete > 0 {
-			return nil, fmt.Errorf("%w: %d snapshot(s) of %s at or before resourceVersion %d in topic %s are marked incomplete, and no complete one is left",
-				ErrIncompleteSnapshot, incomplete, cfg.Resource, point, cfg.Topic)
+			return nil, total, fmt.Errorf("%w: %d snapshot(s) of %s at or before resourceVersion %d in %s are marked incomplete, and no complete one is left",
+				ErrIncompleteSnapshot, incomplete, cfg.resource, point, cfg.where)
 		}
-		return nil, fmt.Errorf("%w: no complete snapshot of %s whose list is at or before resourceVersion %d is left in topic %s (its retention, or a point older than the first snapshot)",
-			ErrNoSnapshot, cfg.Resource, point, cfg.Topic)
+		return nil, total, fmt.Errorf("%w: no complete snapshot of %s whose list is at or before resourceVersion %d is left in %s (its retention, or a point older than the first snapshot)",
+			ErrNoSnapshot, cfg.resource, point, cfg.where)
 	}
 	for _, g := range gaps {
 		from, _ := strconv.ParseUint(g.From, 10, 64)
@@ -262,35 +305,37 @@ func historyFrom(ctx context.Context, cfg HistoryConfig, start Positions) (*Hist
 			if g.Namespace != "" {
 				ns = " in namespace " + g.Namespace
 			}
-			return nil, fmt.Errorf("%w: changes of %s%s in resourceVersions (%s, %s] may be missing (%s), and the state at %d is built from snapshot %s at %d",
-				ErrWatchGapInRange, cfg.Resource, ns, g.From, g.To, g.Reason, point, chosen.id, chosen.completeRV)
+			return nil, total, fmt.Errorf("%w: changes of %s%s in resourceVersions (%s, %s] may be missing (%s), and the state at %d is built from snapshot %s at %d",
+				ErrWatchGapInRange, cfg.resource, ns, g.From, g.To, g.Reason, point, chosen.id, chosen.completeRV)
 		}
 	}
 
-	h := &History{View: NewView(Options{Resource: cfg.Resource}), RV: point, Snapshot: chosen.id, SnapshotRV: chosen.completeRV,
+	h := &History{View: NewView(Options{Resource: cfg.resource}), RV: point, Snapshot: chosen.id, SnapshotRV: chosen.completeRV,
 		Last: map[string]*event.Event{}, Incomplete: incomplete}
 	var refErr error
-	err = readTopic(ctx, cfg, chosen.started, func(r Read) {
-		if r.Kind != ReadEvent || resourceOf(r.Key) != cfg.Resource {
+	applyStop := newStops(point, time.Time{}, cfg.perNamespace)
+	n, err = cfg.read(ctx, chosen.started, func(r Read) bool {
+		if r.Kind != ReadEvent || resourceOf(r.Key) != cfg.resource {
 			// Tombstones follow deletes, which say the same with a
 			// version; a tombstone's own time cannot be placed.
-			return
+			return false
 		}
 		ev := r.Event
+		stop := applyStop.of(r.Position.Partition).next(ev)
 		switch ev.Type() {
 		case encoding.TypeSnapshotStarted, encoding.TypeSnapshotCompleted:
 			// Only the chosen window prunes: a later snapshot's records
 			// above the point are left out, so its completed marker
 			// would prune keys that were live at the point.
 			if ext(ev, encoding.ExtSnapshotID) != chosen.id {
-				return
+				return stop
 			}
 		case encoding.TypeGap:
-			return
+			return stop
 		default:
 			rv, err := strconv.ParseUint(ext(ev, encoding.ExtResourceVersion), 10, 64)
 			if err != nil || rv > point {
-				return
+				return stop
 			}
 			if ext(ev, encoding.ExtPayload) == encoding.PayloadReference && refErr == nil {
 				refErr = fmt.Errorf("%w: %s at resourceVersion %d (event %s) was too large for the broker",
@@ -305,58 +350,93 @@ func historyFrom(ctx context.Context, cfg HistoryConfig, start Positions) (*Hist
 				h.Last[r.Key] = ev
 			}
 		}
+		return stop
 	})
+	total += n
 	if err != nil {
-		return nil, err
+		return nil, total, err
 	}
 	if refErr != nil {
-		return h, refErr
+		return h, total, refErr
 	}
 	for k := range h.Last {
 		if _, ok := h.View.Lookup(k); !ok {
 			delete(h.Last, k)
 		}
 	}
-	return h, nil
+	return h, total, nil
 }
 
-// readTopic reads every partition of the topic from start (nil: from the
-// first offset) up to where it ended when reading began, handing each read
-// to onRead in each partition's order. A failure to read ends it.
-func readTopic(ctx context.Context, cfg HistoryConfig, start Positions, onRead func(Read)) error {
+// readKafka reads each partition of the topic from start (the first
+// offset for a partition start does not name) up to the end it had when
+// parts was read, as historyQuery.read says.
+func readKafka(ctx context.Context, s *KafkaSource, parts map[int]bounds, start Positions, onRead func(Read) bool) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var mu sync.Mutex
-	var failed error
-	// A View that keeps nothing: it only carries the source's reads to
-	// onRead, in order, each partition caught up where the topic ended.
-	scratch := NewView(Options{Resource: "\x00", OnRead: onRead})
-	// A short MaxWait: the reading ends where the topic ended, and a fetch
-	// there need not wait for records no one asked for.
-	src, err := NewKafkaSource(scratch, KafkaConfig{Brokers: cfg.Brokers, Topic: cfg.Topic, Dialer: cfg.Dialer, Start: start, MaxWait: 100 * time.Millisecond,
-		OnError: func(err error, _ time.Duration) {
-			mu.Lock()
-			if failed == nil {
-				failed = err
+	var mu sync.Mutex // one onRead at a time
+	var read atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, len(parts))
+	for p, b := range parts {
+		from, ok := start[KafkaPartition(s.cfg.Topic, p)]
+		if !ok || from < b.first {
+			from = b.first
+		}
+		if from >= b.end {
+			continue
+		}
+		wg.Go(func() {
+			if err := readKafkaPartition(ctx, s, p, from, b.end, &read, func(r Read) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return onRead(r)
+			}); err != nil {
+				errs <- err
+				cancel()
 			}
-			mu.Unlock()
-			cancel()
-		}})
-	if err != nil {
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return read.Load(), fmt.Errorf("consumer: reading topic %s: %w", s.cfg.Topic, err)
+	}
+	return read.Load(), nil
+}
+
+func readKafkaPartition(ctx context.Context, s *KafkaSource, partition int, from, end int64, read *atomic.Int64, onRead func(Read) bool) error {
+	// A short MaxWait: the reading ends where the partition ended, and a
+	// fetch there need not wait for records no one asked for.
+	r := kafkago.NewReader(kafkago.ReaderConfig{
+		Brokers: s.cfg.Brokers, Topic: s.cfg.Topic, Partition: partition, Dialer: s.cfg.Dialer,
+		IsolationLevel: kafkago.ReadCommitted, MaxWait: 100 * time.Millisecond, OffsetOutOfRangeError: true,
+	})
+	defer r.Close()
+	if err := r.SetOffset(from); err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = src.Run(ctx)
-	}()
-	werr := scratch.WaitForSync(ctx)
-	cancel()
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
-	if failed != nil {
-		return fmt.Errorf("consumer: reading topic %s: %w", cfg.Topic, failed)
+	name := KafkaPartition(s.cfg.Topic, partition)
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			// Retention that deletes the range under the reader is a
+			// failure too: what was decided from it is gone.
+			return fmt.Errorf("partition %d after offset %d: %w", partition, from, err)
+		}
+		read.Add(1)
+		rd := Read{Kind: ReadTombstone, Position: Position{Partition: name, Offset: m.Offset}, Key: string(m.Key)}
+		if m.Value != nil {
+			if ev, err := kafka.DecodeMessage(m); err != nil {
+				rd.Kind, rd.Err = ReadMalformed, err
+			} else {
+				rd.Kind, rd.Event, rd.Key = ReadEvent, ev, ext(ev, encoding.ExtPartitionKey)
+			}
+		}
+		// A transaction's control records take offsets never delivered,
+		// so the end is reached by offset, not by count.
+		if onRead(rd) || m.Offset+1 >= end {
+			return nil
+		}
+		from = m.Offset
 	}
-	return werr
 }

@@ -126,7 +126,7 @@ func Versions(ctx context.Context, cfg VersionsConfig) (*ObjectVersions, error) 
 				return nil, err
 			}
 		}
-		s, err := scanVersions(ctx, cfg, start)
+		s, err := scanVersions(ctx, cfg, probe, parts, start)
 		if err != nil {
 			return nil, err
 		}
@@ -154,7 +154,7 @@ type versionScan struct {
 	sinceAt, untilAt         uint64         // highest rv observed at or before Since, Until
 }
 
-func scanVersions(ctx context.Context, cfg VersionsConfig, start Positions) (*versionScan, error) {
+func scanVersions(ctx context.Context, cfg VersionsConfig, src *KafkaSource, parts map[int]bounds, start Positions) (*versionScan, error) {
 	s := &versionScan{key: cfg.Key, resource: resourceOf(cfg.Key), snaps: map[string]*marker{}, gapIDs: map[string]bool{}}
 	if p := strings.Split(cfg.Key, "/"); len(p) == 3 {
 		s.namespace = p[1]
@@ -167,9 +167,9 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, start Positions) (*ve
 			s.untilAt = max(s.untilAt, rv)
 		}
 	}
-	err := readTopic(ctx, HistoryConfig{Brokers: cfg.Brokers, Topic: cfg.Topic, Dialer: cfg.Dialer}, start, func(r Read) {
+	_, err := readKafka(ctx, src, parts, start, func(r Read) bool {
 		if r.Kind != ReadEvent || resourceOf(r.Key) != s.resource {
-			return
+			return false
 		}
 		ev := r.Event
 		switch ev.Type() {
@@ -203,6 +203,7 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, start Positions) (*ve
 				s.events = append(s.events, ev)
 			}
 		}
+		return false
 	})
 	if err != nil {
 		return nil, err

@@ -178,3 +178,21 @@ func valuesOf(ev *encoding.Event) (subjectValues, error) {
 	}
 	return v, nil
 }
+
+// ResourceSubject is the subject filter that captures every subject the
+// template produces for one resource, its snapshot markers and gaps
+// included: the cluster, group, version and resource placeholders
+// expanded as Subject does, every other placeholder token "*". A template
+// without some of those placeholders captures other resources too: a
+// reader still tells events apart by their partitionkey.
+func ResourceSubject(template, cluster, group, version, resource string) string {
+	r := strings.NewReplacer("{cluster}", escapeOr(cluster, tokenEmpty), "{group}", escapeGroup(group),
+		"{version}", escapeOr(version, tokenEmpty), "{resource}", escapeOr(resource, tokenEmpty))
+	toks := strings.Split(template, ".")
+	for i, t := range toks {
+		if toks[i] = r.Replace(t); strings.Contains(toks[i], "{") {
+			toks[i] = "*"
+		}
+	}
+	return strings.Join(toks, ".")
+}

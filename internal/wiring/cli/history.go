@@ -23,6 +23,7 @@ import (
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/base/shape"
 	"github.com/kubewire/kubewire/sinks/kafka"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
 
 // Exit codes of `kubewire history` when the stream cannot answer: each
@@ -67,10 +68,11 @@ func newHistory(g *globalFlags, stdout, stderr io.Writer) *cobra.Command {
 	var f historyFlags
 	cmd := &cobra.Command{
 		Use:   "history --config FILE --sink NAME (--at POINT | RESOURCE/[NAMESPACE/]NAME [--since POINT] [--until POINT])",
-		Short: "Print the objects as they were at a point in the past, or every version of one object, read back from a sink's topic",
-		Long: `Print the objects of the resources routed to a kafka sink as they were at
-POINT, read back from the sink's topic: from the last complete snapshot
-before POINT, and every change up to it.
+		Short: "Print the objects as they were at a point in the past, or every version of one object, read back from a sink's topic or stream",
+		Long: `Print the objects of the resources routed to a kafka sink, or a nats sink in
+jetstream mode, as they were at POINT, read back from the sink's topic or
+stream: from the last complete snapshot before POINT, and every change up to
+it. Each partition is read only until nothing after can change the answer.
 
 With an object instead of --at (configmaps/team-a/web, or nodes/n1 for a
 cluster-scoped one; the resource as --resource takes it), print every
@@ -94,11 +96,13 @@ turns the time into the highest resourceVersion observed at or before it and
 answers for that version. The topic is read from before the point by the
 resource's snapshotInterval plus --margin (further back while no snapshot is
 found): Kafka finds an offset by time only as the first record stamped at or
-after it, and timestamps need not rise within a partition.
+after it, and timestamps need not rise within a partition; JetStream finds a
+message by the time the server stored it.
 
 history says so, and exits with a code of its own, when the topic cannot
 answer: 4 no complete snapshot before POINT is left (retention), 5 a declared
-watch gap overlaps the range, 6 the topic is compacted (its cleanup.policy),
+watch gap overlaps the range, 6 the topic is compacted (its cleanup.policy)
+or the stream keeps a few messages per subject (max_msgs_per_subject),
 7 the events do not carry whole objects (payload reference or diff, a
 reference event) or a filter leaves objects out, 8 the snapshots before
 POINT are marked incomplete.
@@ -137,18 +141,24 @@ POINT are marked incomplete.
 			if err != nil {
 				return usageError{fmt.Errorf("--selector %q: %w", f.selector, err)}
 			}
-			cfg, sc, blk, err := historySink(g, stderr, f)
+			cfg, sc, err := openSink(g, stderr, f.path, f.sink)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runHistory(ctx, cfg, sc.Name, blk, f, pt, sel, stdout, stderr)
+			switch blk := sc.Block.(type) {
+			case *kafka.Config:
+				return runHistory(ctx, cfg, sc.Name, blk, f, pt, sel, stdout, stderr)
+			case *kwnats.Config:
+				return runHistoryJetStream(ctx, cfg, sc.Name, blk, f, pt, sel, stdout, stderr)
+			}
+			return usageError{fmt.Errorf("--sink %q: history reads kafka and nats (jetstream) sinks; this is a %s sink", f.sink, sc.Type)}
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.path, "config", "", "path to the config file (required)")
-	fl.StringVar(&f.sink, "sink", "", "name of the kafka sink to read (required)")
+	fl.StringVar(&f.sink, "sink", "", "name of the kafka or jetstream sink to read (required; one object's versions: kafka only)")
 	fl.StringVar(&f.at, "at", "", "the point: rv:N, an RFC 3339 time, or a relative time such as -1h (required without an object)")
 	fl.StringVar(&f.since, "since", "", "with an object: the versions from this point (rv:N, RFC 3339 or -1h); default: the oldest the topic keeps")
 	fl.StringVar(&f.until, "until", "", "with an object: the versions up to this point, inclusive; default: the newest")
@@ -201,16 +211,11 @@ func runHistory(ctx context.Context, cfg *config.Config, sink string, blk *kafka
 	sel labels.Selector, stdout, stderr io.Writer,
 ) error {
 	k := blk.Defaulted()
-	res := historyResources(cfg, sink, &k, f.resource)
-	if len(res) == 0 {
-		return usageError{fmt.Errorf("--resource %q: no such resource is routed to sink %q", f.resource, sink)}
-	}
-	// What the config already says the stream cannot answer, before
-	// anything connects.
-	for _, r := range res {
-		if err := wholeObjects(r); err != nil {
-			return err
-		}
+	res, err := historyResources(cfg, sink, f.resource, func(rc *config.Resource) string {
+		return kafka.TopicName(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)
+	})
+	if err != nil {
+		return err
 	}
 	d, client, err := historyClient(blk)
 	if err != nil {
@@ -229,11 +234,13 @@ func runHistory(ctx context.Context, cfg *config.Config, sink string, blk *kafka
 		h, err := consumer.HistoryAt(ctx, consumer.HistoryConfig{
 			Brokers: k.Brokers, Topic: r.topic, Dialer: d, Resource: r.prefix, RV: pt.rv, At: pt.at,
 			Lookback: r.rc.SnapshotInterval.Duration + f.margin,
+			// One watch per namespace only when there are several.
+			WatchPerNamespace: r.rc.PerNamespaceWatch() && len(r.rc.Namespaces) > 1,
 		})
 		if err != nil {
 			return historyError(sink, err)
 		}
-		fmt.Fprintf(stderr, "history: %s at resourceVersion %d, from snapshot %s (at %d) in topic %s\n", r.prefix, h.RV, h.Snapshot, h.SnapshotRV, r.topic)
+		fmt.Fprintf(stderr, "history: %s at resourceVersion %d, from snapshot %s (at %d) in topic %s, %d records read\n", r.prefix, h.RV, h.Snapshot, h.SnapshotRV, r.topic, h.Read)
 		printHistory(p, h, sel)
 		if p.err != nil {
 			return p.err
@@ -243,8 +250,10 @@ func runHistory(ctx context.Context, cfg *config.Config, sink string, blk *kafka
 }
 
 // historyResources are the resources routed to the sink, only the one
-// named resource (its name, or name.group) unless that is "".
-func historyResources(cfg *config.Config, sink string, k *kafka.Config, resource string) []historyResource {
+// named resource (its name, or name.group) unless that is "", each with
+// where its events are (from), once the config shows the stream can answer
+// for them.
+func historyResources(cfg *config.Config, sink, resource string, from func(*config.Resource) string) ([]historyResource, error) {
 	var res []historyResource
 	for i := range cfg.Resources {
 		rc := &cfg.Resources[i]
@@ -258,9 +267,17 @@ func historyResources(cfg *config.Config, sink string, k *kafka.Config, resource
 		if resource != "" && resource != rc.Resource && resource != prefix {
 			continue
 		}
-		res = append(res, historyResource{rc: rc, prefix: prefix, topic: kafka.TopicName(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)})
+		res = append(res, historyResource{rc: rc, prefix: prefix, topic: from(rc)})
 	}
-	return res
+	if len(res) == 0 {
+		return nil, usageError{fmt.Errorf("no resource %q is routed to sink %q", resource, sink)}
+	}
+	for _, r := range res {
+		if err := wholeObjects(r); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 // historyClient dials the sink's brokers as the sink does: d for
@@ -278,7 +295,8 @@ func historyClient(blk *kafka.Config) (*kafkago.Dialer, *kafkago.Client, error) 
 	}, nil
 }
 
-// historySink opens the config and the kafka sink history reads.
+// historySink opens the config and the kafka sink that the history of one
+// object reads.
 func historySink(g *globalFlags, stderr io.Writer, f historyFlags) (*config.Config, *config.Sink, *kafka.Config, error) {
 	cfg, sc, err := openSink(g, stderr, f.path, f.sink)
 	if err != nil {
@@ -286,7 +304,7 @@ func historySink(g *globalFlags, stderr io.Writer, f historyFlags) (*config.Conf
 	}
 	blk, ok := sc.Block.(*kafka.Config)
 	if !ok {
-		return nil, nil, nil, usageError{fmt.Errorf("--sink %q: history reads kafka sinks so far; this is a %s sink", f.sink, sc.Type)}
+		return nil, nil, nil, usageError{fmt.Errorf("--sink %q: the history of one object reads kafka sinks so far; this is a %s sink", f.sink, sc.Type)}
 	}
 	return cfg, sc, blk, nil
 }

@@ -65,14 +65,13 @@ func runObjectHistory(ctx context.Context, cfg *config.Config, sink string, blk 
 	parts []string, since, until point, stdout, stderr io.Writer,
 ) error {
 	k := blk.Defaulted()
-	res := historyResources(cfg, sink, &k, parts[0])
-	if len(res) == 0 {
-		return usageError{fmt.Errorf("object %s: no resource %q is routed to sink %q", strings.Join(parts, "/"), parts[0], sink)}
+	res, err := historyResources(cfg, sink, parts[0], func(rc *config.Resource) string {
+		return kafka.TopicName(k.Topic, cfg.Cluster, rc.Group, rc.Version, rc.Resource)
+	})
+	if err != nil {
+		return fmt.Errorf("object %s: %w", strings.Join(parts, "/"), err)
 	}
 	r := res[0]
-	if err := wholeObjects(r); err != nil {
-		return err
-	}
 	d, client, err := historyClient(blk)
 	if err != nil {
 		return err
