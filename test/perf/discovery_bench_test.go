@@ -15,7 +15,7 @@ package perf
 //     (read from its /metrics as admin) between the process's start and
 //     the complete snapshot, by verb and resource: LISTs, WATCHes and
 //     SelfSubjectAccessReview POSTs, and the most LISTs of one resource;
-//   - idle, over KUBEWIRE_DISCOVERY_IDLE (default 60 s) with nothing
+//   - idle, over KUBEWIRE_DISCOVERY_IDLE (default 2 min) with nothing
 //     changing: CPU (utime+stime from /proc/<pid>/stat), wakes (voluntary
 //     plus involuntary context switches summed over /proc/<pid>/task/*),
 //     checkpoint Lease writes (kubewire_checkpoint_writes_total{result="ok"}),
@@ -69,13 +69,15 @@ const (
 	discoveryGroups        = 8 // the CRDs are spread over this many groups
 	discoveryObjectsPerCRD = 5
 	discoveryNS            = "discovery-cost"
+	// discoveryHeapObjects ConfigMaps measure the heap per cached object.
+	discoveryHeapObjects = 2000
 )
 
 func BenchmarkDiscoveryCost(b *testing.B) {
 	if os.Getenv("KUBEWIRE_DISCOVERY_COST") == "" {
 		b.Skip("set KUBEWIRE_DISCOVERY_COST=1 (make bench-discovery)")
 	}
-	idle := 60 * time.Second
+	idle := 2 * time.Minute
 	if v := os.Getenv("KUBEWIRE_DISCOVERY_IDLE"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -222,6 +224,7 @@ func measureDiscoveryCost(b *testing.B, bin, cfg string, want int, idle time.Dur
 	lease := fmt.Sprintf("%s/cost-%d", discoveryNS, time.Now().UnixNano())
 
 	before := apiserverRequests(b, kube)
+	watches0 := apiserverWatches(b, kube)
 	cmd := exec.Command(bin, "run", "--config", cfgPath, "--kubeconfig", kubeconfig,
 		"--http-address", addr, "--profiling="+paddr, "--checkpoint", lease)
 	cmd.Stdout = out
@@ -255,6 +258,13 @@ func measureDiscoveryCost(b *testing.B, bin, cfg string, want int, idle time.Dur
 	}, func() string { return fmt.Sprintf("%d of %d\n%s", completed, want, k.stderrTail()) })
 	toSnapshot := time.Since(started)
 	atStart := apiserverRequests(b, kube).since(before)
+	// A WATCH counts in apiserver_request_total only when it ends: count
+	// the open ones instead, once every resource's has started.
+	var watches float64
+	testkit.Within(b, time.Minute, "a watch per resource", func() bool {
+		watches = apiserverWatches(b, kube) - watches0
+		return watches >= float64(completed)
+	})
 
 	// Idle: let the first checkpoint write and the startup's garbage
 	// settle, then measure a window with nothing changing.
@@ -279,17 +289,27 @@ func measureDiscoveryCost(b *testing.B, bin, cfg string, want int, idle time.Dur
 	rss, hwm := procStatusKB(b, cmd.Process.Pid, "VmRSS:"), procStatusKB(b, cmd.Process.Pid, "VmHWM:")
 	heap := heapAfterGCOf(b, "http://"+paddr)
 
+	// Heap per cached object, apart from each informer's fixed cost: the
+	// heap a batch of ConfigMaps adds (every mode streams configmaps).
+	added := addConfigMaps(b, kube, discoveryHeapObjects)
+	testkit.Within(b, 2*time.Minute, "the ConfigMaps streamed", func() bool {
+		data, err := os.ReadFile(out.Name())
+		return err == nil && bytes.Count(data, []byte(`"io.kubewire.object.added"`)) >= added
+	}, k.stderrTail)
+	heapMore := heapAfterGCOf(b, "http://"+paddr)
+	perObject := (float64(heapMore) - float64(heap)) / float64(added)
+	deleteConfigMaps(b, kube)
+
 	lists, listsMax := atStart.verb("LIST")
-	watches, _ := atStart.verb("WATCH")
 	reviews := atStart[requestKey{"POST", "selfsubjectaccessreviews"}]
 	rulesReviews := atStart[requestKey{"POST", "selfsubjectrulesreviews"}]
-	b.Logf("RESULT %s: %d resources, %d objects; first complete snapshot %s; at start %d LIST (at most %.0f of one resource), %d WATCH, %.0f access reviews, %.0f rules reviews, %.0f requests in all",
-		b.Name(), completed, records, toSnapshot.Round(10*time.Millisecond), int(lists), listsMax, int(watches), reviews, rulesReviews, atStart.total())
+	b.Logf("RESULT %s: %d resources, %d objects; first complete snapshot %s; at start %d LIST (at most %.0f of one resource: %s), %.0f WATCH open, %.0f access reviews, %.0f rules reviews, %.0f requests in all (%s)",
+		b.Name(), completed, records, toSnapshot.Round(10*time.Millisecond), int(lists), listsMax, atStart.only("LIST").top(3), watches, reviews, rulesReviews, atStart.total(), atStart.except("LIST").top(6))
 	b.Logf("RESULT %s: idle %s: CPU %.2f%% of one core, %.1f wakes/s (threads gone %d), %.1f checkpoint Lease writes/min, %.0f apiserver requests/min against %.0f with no kubewire (%s)",
 		b.Name(), window.Round(time.Second), 100*cpu.Seconds()/window.Seconds(), float64(switches)/window.Seconds(), gone,
 		(w1-w0)*60/window.Seconds(), idleReq.total(), own.total(), idleReq.minus(own).top(6))
-	b.Logf("RESULT %s: RSS %d MB (peak %d MB); heap after GC %.1f MB, %.1f KB per cached object (%d objects, %.0f KB per resource)",
-		b.Name(), rss>>10, hwm>>10, float64(heap)/(1<<20), float64(heap)/1024/float64(max(records, 1)), records, float64(heap)/1024/float64(completed))
+	b.Logf("RESULT %s: RSS %d MB (peak %d MB); heap after GC %.1f MB for %d resources and %d objects (%.0f KB per resource, all counted); %.2f KB per cached object added (%d ConfigMaps: heap after GC %.1f MB)",
+		b.Name(), rss>>10, hwm>>10, float64(heap)/(1<<20), completed, records, float64(heap)/1024/float64(completed), perObject/1024, added, float64(heapMore)/(1<<20))
 	b.ReportMetric(toSnapshot.Seconds(), "s-to-snapshot")
 	b.ReportMetric(100*cpu.Seconds()/window.Seconds(), "idle-%cpu")
 	b.ReportMetric(float64(switches)/window.Seconds(), "idle-wakes/s")
@@ -298,7 +318,36 @@ func measureDiscoveryCost(b *testing.B, bin, cfg string, want int, idle time.Dur
 	b.ReportMetric(reviews+rulesReviews, "start-reviews")
 	b.ReportMetric(float64(completed), "resources")
 	b.ReportMetric(float64(rss>>10), "RSS-MB")
-	b.ReportMetric(float64(heap)/float64(max(records, 1)), "heap-B/object")
+	b.ReportMetric(perObject, "heap-B/object")
+}
+
+// addConfigMaps creates n ConfigMaps of about 300 bytes in discoveryNS.
+func addConfigMaps(b *testing.B, kube kubernetes.Interface, n int) int {
+	ctx := context.Background()
+	cms := kube.CoreV1().ConfigMaps(discoveryNS)
+	for i := range n {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("heap-%05d", i), Labels: map[string]string{"app": "discovery-cost"}},
+			Data: map[string]string{"value": strings.Repeat("x", 200)}}
+		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return n
+}
+
+// deleteConfigMaps removes what addConfigMaps created, so that the next
+// mode starts on the same cluster.
+func deleteConfigMaps(b *testing.B, kube kubernetes.Interface) {
+	ctx := context.Background()
+	cms := kube.CoreV1().ConfigMaps(discoveryNS)
+	sel := metav1.ListOptions{LabelSelector: "app=discovery-cost"}
+	if err := cms.DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+		b.Fatal(err)
+	}
+	testkit.Within(b, time.Minute, "the ConfigMaps deleted", func() bool {
+		l, err := cms.List(ctx, sel)
+		return err == nil && len(l.Items) == 0
+	})
 }
 
 // countSnapshot counts the snapshot.completed markers and synced records
@@ -365,6 +414,47 @@ func (c requestCounts) since(c0 requestCounts) requestCounts {
 }
 
 func (c requestCounts) minus(o requestCounts) requestCounts { return c.since(o) }
+
+func (c requestCounts) only(verb string) requestCounts {
+	out := requestCounts{}
+	for k, v := range c {
+		if k.verb == verb {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (c requestCounts) except(verb string) requestCounts {
+	out := requestCounts{}
+	for k, v := range c {
+		if k.verb != verb {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// apiserverWatches is how many WATCH requests the apiserver is serving
+// (apiserver_longrunning_requests).
+func apiserverWatches(b *testing.B, kube kubernetes.Interface) float64 {
+	raw, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatalf("apiserver /metrics: %v", err)
+	}
+	var n float64
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "apiserver_longrunning_requests{") && strings.Contains(line, `verb="WATCH"`) {
+			if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+				n += v
+			}
+		}
+	}
+	return n
+}
 
 func (c requestCounts) perMinute(d time.Duration) requestCounts {
 	out := requestCounts{}
