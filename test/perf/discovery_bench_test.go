@@ -25,8 +25,9 @@ package perf
 //     (HeapAlloc from --profiling's /debug/pprof/heap?gc=1&debug=1)
 //     divided by the objects the snapshot held.
 //
-// It only runs with KUBEWIRE_DISCOVERY_COST=1 (make bench-discovery), one
-// iteration:
+// KUBEWIRE_DISCOVERY_CRDS sets the number of CRDs (default 40, the
+// issue's cluster). It only runs with KUBEWIRE_DISCOVERY_COST=1 (make
+// bench-discovery), one iteration:
 //
 //	KUBEWIRE_DISCOVERY_COST=1 go test -tags bench -run '^$' -bench DiscoveryCost -benchtime 1x -v -timeout 30m ./test/perf
 
@@ -65,7 +66,6 @@ import (
 )
 
 const (
-	discoveryCRDs          = 40
 	discoveryGroups        = 8 // the CRDs are spread over this many groups
 	discoveryObjectsPerCRD = 5
 	discoveryNS            = "discovery-cost"
@@ -76,6 +76,14 @@ const (
 func BenchmarkDiscoveryCost(b *testing.B) {
 	if os.Getenv("KUBEWIRE_DISCOVERY_COST") == "" {
 		b.Skip("set KUBEWIRE_DISCOVERY_COST=1 (make bench-discovery)")
+	}
+	crds := 40
+	if v := os.Getenv("KUBEWIRE_DISCOVERY_CRDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("KUBEWIRE_DISCOVERY_CRDS=%q: want a count of at least 1", v)
+		}
+		crds = n
 	}
 	idle := 2 * time.Minute
 	if v := os.Getenv("KUBEWIRE_DISCOVERY_IDLE"); v != "" {
@@ -88,7 +96,7 @@ func BenchmarkDiscoveryCost(b *testing.B) {
 	rc := cluster.RESTConfig(testcluster.AdminUser)
 	kube := kubernetes.NewForConfigOrDie(rc)
 	dyn := dynamic.NewForConfigOrDie(rc)
-	installDiscoveryCRDs(b, kube, dyn)
+	installDiscoveryCRDs(b, kube, dyn, crds)
 	bin := buildKubewireBinary(b)
 
 	// The apiserver's own traffic, with no kubewire running: what the
@@ -128,7 +136,7 @@ resources:` + m.resources
 
 // installDiscoveryCRDs creates the CRDs and their objects once, and waits
 // until discovery serves every one.
-func installDiscoveryCRDs(b *testing.B, kube kubernetes.Interface, dyn dynamic.Interface) {
+func installDiscoveryCRDs(b *testing.B, kube kubernetes.Interface, dyn dynamic.Interface, n int) {
 	ctx := context.Background()
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: discoveryNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
@@ -136,7 +144,7 @@ func installDiscoveryCRDs(b *testing.B, kube kubernetes.Interface, dyn dynamic.I
 	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
 	var gvrs []schema.GroupVersionResource
 	kinds := map[string]string{}
-	for i := range discoveryCRDs {
+	for i := range n {
 		group := fmt.Sprintf("g%d.cost.kubewire.io", i%discoveryGroups)
 		plural, kind := fmt.Sprintf("widget%ds", i), fmt.Sprintf("Widget%d", i)
 		gvrs = append(gvrs, schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural})
@@ -178,13 +186,13 @@ func installDiscoveryCRDs(b *testing.B, kube kubernetes.Interface, dyn dynamic.I
 		if err != nil {
 			return false
 		}
-		n := 0
+		found := 0
 		for _, g := range served {
 			if strings.HasSuffix(g.Group, ".cost.kubewire.io") {
-				n++
+				found++
 			}
 		}
-		return n == discoveryCRDs
+		return found == n
 	})
 }
 
