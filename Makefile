@@ -19,7 +19,7 @@ TOOLS     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kubewire/tools
 CYCLONEDX_GOMOD_VERSION := v1.10.0
 CYCLONEDX_GOMOD := $(TOOLS)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/cyclonedx-gomod
 
-.PHONY: all build test e2e e2e-cluster testbin-node bench bench-history bench-drain bench-quick bench-apiserver bench-binary bench-binary-smoke lint demo testbin manifests image release clean
+.PHONY: all build test e2e e2e-cluster testbin-node bench bench-history bench-drain bench-quick bench-apiserver bench-binary bench-binary-smoke bench-discovery lint demo testbin manifests image release clean
 
 all: build
 
@@ -50,11 +50,12 @@ e2e: testbin
 e2e-cluster: testbin-node
 	$(GO) test $(filter-out -race,$(TESTFLAGS)) -tags cluster -run 'Cluster' -timeout 30m ./test/cluster/...
 
-## bench: benchmarks (never part of make test), then bench-history and bench-drain
+## bench: benchmarks (never part of make test), then bench-history, bench-drain and bench-discovery
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 -timeout 40m ./... | tee bench.out
 	$(MAKE) bench-history
 	$(MAKE) bench-drain
+	$(MAKE) bench-discovery
 
 ## bench-history: time to answer history --at -1h in a topic of a day's history, one million records (kfake); tagged bench
 bench-history:
@@ -75,6 +76,10 @@ bench-apiserver: testbin
 ## bench-binary: the shipped binary's CPU and context switches per event, per sink, at 200 and 20 writes/s (needs java and nats-server)
 bench-binary: testbin
 	$(GO) test -tags bench -run '^$$' -bench ShippedBinary -benchtime 1x -count 3 -timeout 60m ./test/perf | tee bench-binary.out
+
+## bench-discovery: the shipped binary with a discover entry against 5 named resources, on a real kube-apiserver with 40 CRDs: time to the first complete snapshot, requests at start, idle CPU, wakes, Lease writes and apiserver requests, RSS and heap per object
+bench-discovery: testbin
+	KUBEWIRE_DISCOVERY_COST=1 $(GO) test -tags bench -run '^$$' -bench DiscoveryCost -benchtime 1x -count 1 -v -timeout 30m ./test/perf | tee bench-discovery.out
 
 ## bench-binary-smoke: bench-binary's harness for 3 s, stdout only, so it cannot rot
 bench-binary-smoke: testbin
@@ -127,4 +132,4 @@ $(CYCLONEDX_GOMOD):
 	GOBIN='$(dir $@)' $(GO) install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_GOMOD_VERSION)
 
 clean:
-	rm -rf bin dist bench.out bench-history.out bench-apiserver.out
+	rm -rf bin dist bench.out bench-history.out bench-apiserver.out bench-discovery.out

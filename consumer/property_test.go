@@ -60,6 +60,7 @@ const (
 	tAdded, tUpdated, tDeleted, tSynced = encoding.TypeAdded, encoding.TypeUpdated, encoding.TypeDeleted, encoding.TypeSynced
 	tStarted, tCompleted                = encoding.TypeSnapshotStarted, encoding.TypeSnapshotCompleted
 	tGap                                = encoding.TypeGap
+	tRemoved                            = encoding.TypeRemoved
 	// tTombstone is a Kafka tombstone of Key; tHandover hands Part over
 	// from another member of the group (see vectorformat_test.go).
 	tTombstone, tHandover = "tombstone", "handover"
@@ -79,6 +80,8 @@ func (r rec) id() string {
 	switch {
 	case r.Type == tGap:
 		return r.Key + "/gap/" + strconv.Itoa(r.From) + "-" + strconv.Itoa(r.RV)
+	case r.Type == tRemoved:
+		return r.Key + "/removed/" + r.UID
 	case r.marker():
 		return r.SID + "/" + op
 	case r.Type == tSynced:
@@ -104,6 +107,10 @@ func (r rec) event() *event.Event {
 			data["backwards"] = true
 		}
 		_ = e.SetData(event.ApplicationJSON, data)
+		return &e
+	}
+	if r.Type == tRemoved {
+		_ = e.SetData(event.ApplicationJSON, map[string]any{"group": "", "version": "v1", "resource": vectorResource, "uid": r.UID})
 		return &e
 	}
 	if r.marker() {

@@ -285,6 +285,18 @@ func handPicked() map[string]vector {
 				in("p1", gap(101, 9000)), in("p1", started("s1")), in("p1", syn(b, "uid-b1", 60, "s1")), in("p1", completed("s1", 1))},
 			want: []heldObject{obj(a, "uid-a1", "50"), obj(b, "uid-b1", "60")},
 		},
+		"21-resource-removed-deletes-what-no-delete-reached": {
+			// Issue 43: a CRD deleted while kubewire's watch was broken.
+			// No delete of a or b ever comes, and a snapshot window is
+			// left open; resource.removed deletes every key of the
+			// resource and closes the window. A CRD created again under
+			// the name starts afresh with a snapshot, read up to its
+			// first record: only resource.removed can have removed a and b.
+			stream: []rec{add(a, "uid-a1", 10), add(b, "uid-b1", 11), started("s1"), syn(a, "uid-a1", 11, "s1"),
+				{Type: tRemoved, Key: vectorResource, UID: "uid-crd1"},
+				started("s2"), syn(c, "uid-c1", 20, "s2")},
+			want: []heldObject{obj(c, "uid-c1", "20")},
+		},
 		"regressions/topic-grew-listed-by-the-same-snapshot-in-the-new-partition": {
 			// Found by TestTheViewConvergesOnEveryStreamTheWireCanCarry
 			// (partitions added, read interleaved), shrunk by hand. a was

@@ -73,28 +73,33 @@ func (w *Watcher) checkAccess(ctx context.Context, attempt int) error {
 	return nil
 }
 
+// checkAccessIn asks once per resource and watch stream, whether watch is
+// permitted: with 100+ discovered resources every review is a request the
+// apiserver pays at each start. watch rather than list: a missing watch
+// would show only after a full LIST, and again after every relist the
+// failing watch causes, while a missing list fails the LIST at once and
+// cheaply, and the informer reports it (watchError).
 func (w *Watcher) checkAccessIn(ctx context.Context, ns string, attempt int) error {
-	for _, verb := range []string{"list", "watch"} {
-		r, err := w.opt.Access.Create(ctx, &authorizationv1.SelfSubjectAccessReview{
-			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: ns, Verb: verb, Group: w.gvr.Group, Version: w.gvr.Version, Resource: w.gvr.Resource,
-			}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			// The review API itself failing says nothing about our
-			// permission; let the informer try and report what it meets.
-			w.log.Debug("access review failed; not pre-checking permission", "err", err)
-			return nil
+	const verb = "watch"
+	r, err := w.opt.Access.Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ns, Verb: verb, Group: w.gvr.Group, Version: w.gvr.Version, Resource: w.gvr.Resource,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		// The review API itself failing says nothing about our
+		// permission; let the informer try and report what it meets.
+		w.log.Debug("access review failed; not pre-checking permission", "err", err)
+		return nil
+	}
+	if !r.Status.Allowed {
+		w.setState(StateForbidden)
+		metrics.InformerErrors.WithLabelValues(w.name, "forbidden").Inc()
+		if attempt == 1 || attempt%10 == 0 {
+			w.log.Error("permission denied; this resource will not stream until it is granted",
+				"verb", verb, "group", w.gvr.Group, "namespace", nsOrAll(ns), "reason", r.Status.Reason, "attempt", attempt)
 		}
-		if !r.Status.Allowed {
-			w.setState(StateForbidden)
-			metrics.InformerErrors.WithLabelValues(w.name, "forbidden").Inc()
-			if attempt == 1 || attempt%10 == 0 {
-				w.log.Error("permission denied; this resource will not stream until it is granted",
-					"verb", verb, "group", w.gvr.Group, "namespace", nsOrAll(ns), "reason", r.Status.Reason, "attempt", attempt)
-			}
-			return &ForbiddenError{Verb: verb, GVR: w.gvr, Namespace: ns}
-		}
+		return &ForbiddenError{Verb: verb, GVR: w.gvr, Namespace: ns}
 	}
 	return nil
 }
@@ -137,6 +142,11 @@ func (w *Watcher) watchError(ctx context.Context, _ *cache.Reflector, err error)
 		w.log.Warn("the cluster's history is behind the stream (etcd restored from a backup?); relisting", "err", err)
 	case apierrors.IsForbidden(err):
 		reason = "forbidden"
+		if !w.synced.Load() {
+			// Refused its list (checkAccessIn asked about watch only): it
+			// must not hold readiness, as a refused watch does not.
+			w.setState(StateForbidden)
+		}
 		// A restarted apiserver answers 403 until its RBAC caches have
 		// loaded, and the reflector retries by itself: only a refusal that
 		// lasts is an error an operator must act on.

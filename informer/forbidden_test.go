@@ -45,3 +45,17 @@ func TestAForbiddenWatchIsLoggedAsAWarningAtFirst(t *testing.T) {
 		t.Errorf("log = %q, want one WARN line naming the namespaces", line)
 	}
 }
+
+// The access check at start asks about watch only, so a refused list is
+// first met by the informer's LIST: that resource must not hold readiness
+// either (readiness skips a forbidden resource that has not synced).
+func TestARefusedListBeforeTheFirstSyncMarksTheResourceForbidden(t *testing.T) {
+	w := NewWatcher(Options{Cluster: "c", Out: discardOutput{}, Logger: slog.New(slog.DiscardHandler),
+		Resource: config.Resource{Version: "v1", Resource: "secrets"}})
+	w.res = NewResource("c", w.gvr, "Secret", true)
+	w.setState(StateSyncing)
+	w.watchError(context.Background(), nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "", nil))
+	if got := w.State(); got != StateForbidden {
+		t.Errorf("state after a refused list = %q, want %q", got, StateForbidden)
+	}
+}

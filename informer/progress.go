@@ -35,6 +35,11 @@ type progress struct {
 	mark    string
 	marked  time.Time
 	durable string
+	// settled is where mark was before the bookmarks since its last move
+	// over anything else: a checkpoint that moved only by bookmarks has
+	// no change to repeat after a crash, so its save can wait
+	// (checkpoint.Entry.Settled).
+	settled string
 	// held keeps mark where it is (heldMark takes its moves) until
 	// release: while a spool of an earlier process replays, changes before
 	// the resume point are in no broker yet.
@@ -49,6 +54,9 @@ type entry struct {
 	// done; "" for the records of a list, whose versions are not in
 	// stream order (the list's end is an entry of its own).
 	rv string
+	// bookmark says the entry is a bookmark: the stream moved with no
+	// change.
+	bookmark bool
 	// left counts the acknowledgements still missing, open the sinks
 	// that have neither acknowledged it nor written it to their spool, and
 	// out the copies read back from a spool and not yet acknowledged: a
@@ -120,7 +128,7 @@ func MarkOf(stream, seq uint64) Mark {
 }
 
 func newProgress(from string) *progress {
-	p := &progress{id: streamIDs.Add(1), mark: from, durable: from, marked: time.Now()}
+	p := &progress{id: streamIDs.Add(1), mark: from, durable: from, settled: from, marked: time.Now()}
 	streams.Store(p.id, p)
 	return p
 }
@@ -130,12 +138,17 @@ func (p *progress) close() { streams.Delete(p.id) }
 
 // add appends an entry that needs acks acknowledgements, and returns its
 // Mark; with acks 0 the entry is done at once.
-func (p *progress) add(rv string, acks int32) Mark {
+func (p *progress) add(rv string, acks int32) Mark { return p.addEntry(rv, acks, false) }
+
+// addBookmark appends a bookmark's version, done at once.
+func (p *progress) addBookmark(rv string) { p.addEntry(rv, 0, true) }
+
+func (p *progress) addEntry(rv string, acks int32, bookmark bool) Mark {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if acks <= 0 && p.head == len(p.ring) {
 		// Nothing before it is pending: the fast path of a quiet stream.
-		p.advance(rv)
+		p.advance(rv, bookmark)
 		p.advanceDurable(rv)
 		p.first++
 		return Mark{}
@@ -149,7 +162,7 @@ func (p *progress) add(rv string, acks int32) Mark {
 	// A copy: a raw object's version is a view into its JSON, which the
 	// entry would otherwise keep until every sink is done with the change,
 	// through a whole broker outage.
-	p.ring = append(p.ring, entry{rv: strings.Clone(rv), left: acks, open: acks})
+	p.ring = append(p.ring, entry{rv: strings.Clone(rv), left: acks, open: acks, bookmark: bookmark})
 	if acks <= 0 {
 		p.settle()
 		return Mark{}
@@ -215,7 +228,7 @@ func (p *progress) settle() {
 		p.dhead++
 	}
 	for p.head < len(p.ring) && p.ring[p.head].left <= 0 {
-		p.advance(p.ring[p.head].rv)
+		p.advance(p.ring[p.head].rv, p.ring[p.head].bookmark)
 		p.ring[p.head] = entry{}
 		p.head++
 		p.first++
@@ -225,14 +238,18 @@ func (p *progress) settle() {
 	}
 }
 
-// advance moves the checkpoint to rv. The caller holds mu.
-func (p *progress) advance(rv string) {
+// advance moves the checkpoint to rv, reached by a bookmark or not. The
+// caller holds mu.
+func (p *progress) advance(rv string, bookmark bool) {
 	switch {
 	case rv == "":
 	case p.held:
 		p.heldMark = rv
 	case rv != p.mark:
 		p.mark, p.marked = rv, time.Now()
+		if !bookmark {
+			p.settled = rv
+		}
 	}
 }
 
@@ -248,7 +265,7 @@ func (p *progress) release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.held = false
-	p.advance(p.heldMark)
+	p.advance(p.heldMark, false)
 }
 
 func (p *progress) advanceDurable(rv string) {
@@ -262,6 +279,14 @@ func (p *progress) checkpoint() (string, time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.mark, p.marked
+}
+
+// settledCheckpoint is where the checkpoint was before the bookmarks that
+// moved it since anything else last did.
+func (p *progress) settledCheckpoint() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.settled
 }
 
 // spoolPosition is the newest version up to which every change is done or

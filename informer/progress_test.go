@@ -142,3 +142,27 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+func TestBookmarksMoveTheCheckpointButNotWhereItSettled(t *testing.T) {
+	p := newProgress("10")
+	defer p.close()
+	check := func(mark, settled string) {
+		t.Helper()
+		if got, _ := p.checkpoint(); got != mark {
+			t.Fatalf("checkpoint %s, want %s", got, mark)
+		}
+		if got := p.settledCheckpoint(); got != settled {
+			t.Fatalf("settled checkpoint %s, want %s", got, settled)
+		}
+	}
+	check("10", "10")
+	p.addBookmark("20")
+	check("20", "10")
+	m := p.add("21", 1)
+	p.addBookmark("25") // queued behind the change, done with it
+	check("20", "10")
+	m.Done()
+	check("25", "21")
+	p.add("30", 0) // a filtered change moves it as a change does
+	check("30", "30")
+}

@@ -72,7 +72,10 @@ type resumer struct {
 	// refusal is the gap reason of the last watch's refusal, until the
 	// relist that follows it takes it.
 	refusal string
-	log     *slog.Logger
+	// listedAt is the version of the list just answered, until the watch
+	// that follows it starts: that watch needs no behind check.
+	listedAt string
+	log      *slog.Logger
 }
 
 func (r *resumer) wrap(lw cache.ListerWatcher) *cache.ListWatch {
@@ -80,7 +83,7 @@ func (r *resumer) wrap(lw cache.ListerWatcher) *cache.ListWatch {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.list(ctx, lw, o) },
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			if err := r.behind(ctx, lwc, o.ResourceVersion); err != nil {
+			if err := r.behindUnlessJustListed(ctx, lwc, o.ResourceVersion); err != nil {
 				r.watchRefused(err)
 				return nil, err
 			}
@@ -203,6 +206,7 @@ func (r *resumer) list(ctx context.Context, lw cache.ListerWatcher, o metav1.Lis
 			l, err := lwc.ListWithContext(ctx, eo)
 			if err == nil {
 				r.done(p, nil, "")
+				r.listedVersion(l)
 				return l, nil
 			}
 			if reason = unavailable(err); reason == "" {
@@ -237,7 +241,35 @@ func (r *resumer) list(ctx context.Context, lw cache.ListerWatcher, o metav1.Lis
 		}
 	}
 	r.done(p, gaps, reason)
+	r.listedVersion(l)
 	return l, nil
+}
+
+// behindUnlessJustListed is behind, but for the watch that goes on from
+// the list just answered: the cluster itself gave that version a moment
+// ago, so its history has reached it, and a second read per resource
+// would double the LISTs of every start and relist. A later watch (after
+// one ended) gets the check: etcd may have been restored meanwhile.
+func (r *resumer) behindUnlessJustListed(ctx context.Context, lw cache.ListerWatcherWithContext, from string) error {
+	r.mu.Lock()
+	just := r.listedAt != "" && r.listedAt == from
+	r.listedAt = ""
+	r.mu.Unlock()
+	if just {
+		return nil
+	}
+	return r.behind(ctx, lw, from)
+}
+
+// listedVersion records the version of a list the apiserver answered.
+func (r *resumer) listedVersion(l runtime.Object) {
+	la, err := meta.ListAccessor(l)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	r.listedAt = la.GetResourceVersion()
+	r.mu.Unlock()
 }
 
 // behind refuses a watch from a version the API server's history has not

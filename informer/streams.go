@@ -42,6 +42,22 @@ func (w *Watcher) Checkpoint() (map[string]string, time.Time) {
 	return out, oldest
 }
 
+// SettledCheckpoint is, per watch stream, where the checkpoint was before
+// the bookmarks that moved it since a change (or a list) last did: a
+// checkpoint past it moved only because the stream was idle, and losing
+// that move repeats no change after a crash.
+func (w *Watcher) SettledCheckpoint() map[string]string {
+	w.streamsMu.Lock()
+	defer w.streamsMu.Unlock()
+	out := make(map[string]string, len(w.streams))
+	for k, p := range w.streams {
+		if rv := p.settledCheckpoint(); rv != "" {
+			out[k] = rv
+		}
+	}
+	return out
+}
+
 // SpoolPosition is, per watch stream, the version up to which every change
 // is done or written to a spool: where a restart on the same spool can
 // resume, since the spool replays the rest.
@@ -164,7 +180,11 @@ func (w *Watcher) reached(rv string, listed bool) {
 	w.emitMu.Unlock()
 	w.streamsMu.Lock()
 	for _, p := range w.streams {
-		p.add(rv, 0)
+		if listed {
+			p.add(rv, 0)
+		} else {
+			p.addBookmark(rv)
+		}
 	}
 	w.streamsMu.Unlock()
 	if listed && w.snapshotAfterList {

@@ -41,7 +41,11 @@ STARTED, COMPLETED = PREFIX + "snapshot.started", PREFIX + "snapshot.completed"
 # repairs the state (an audit records it). The versions of its scope are
 # forgotten: objects may come back older.
 GAP = PREFIX + "watch.gap"
-TYPES = {ADDED, UPDATED, DELETED, SYNCED, STARTED, COMPLETED, GAP}
+# A resource that left the cluster (a deleted CRD): every key of it goes,
+# deletes streamed or not, since a watch broken through the deletion
+# never saw them.
+REMOVED = PREFIX + "resource.removed"
+TYPES = {ADDED, UPDATED, DELETED, SYNCED, STARTED, COMPLETED, GAP, REMOVED}
 
 
 def version(s):
@@ -114,6 +118,8 @@ class View:
         self.seq += 1
         if typ == GAP:
             return self._gap(partition, key, event.get_data())
+        if typ == REMOVED:
+            return self._removed(partition, key)
         window = (partition, ext("snapshotid"))
         if typ == STARTED:
             # Skip a replayed window, and keep the first copy's start of an
@@ -193,6 +199,16 @@ class View:
         for e in [*self.objects.values(), *self.gone.values()]:
             if e.partition == partition and e.key.split("/", 1)[0] == resource and namespace in ("", e.namespace):
                 e.forgot = self.seq
+        return None
+
+    def _removed(self, partition, resource):
+        """A resource.removed read from partition: every object of the
+        resource that partition set is gone, and its open windows there
+        will never complete."""
+        for window in [w for w, (r, _) in self.windows.items() if w[0] == partition and r == resource]:
+            del self.windows[window]
+        for e in [e for e in self.objects.values() if e.partition == partition and e.key.split("/", 1)[0] == resource]:
+            self._remove(e)
         return None
 
     def _remove(self, held):

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 	"sync"
 	"time"
 
@@ -50,7 +51,22 @@ type Entry struct {
 	// created again under the same name is another resource, whose
 	// stream must not resume from this one.
 	UID string `json:"uid,omitempty"`
+	// Settled is, per stream, where the checkpoint was before bookmarks
+	// alone moved it on (informer.Watcher.SettledCheckpoint). It is not
+	// stored: Run uses it to write a checkpoint that moved only because
+	// its streams were idle at most every IdleEvery.
+	Settled map[string]string `json:"-"`
 }
+
+// IdleEvery is how often Run writes a checkpoint whose only moves are
+// bookmarks. The apiserver bookmarks each watch about once a minute with
+// the cluster's newest version, so with 100+ resources some stream moves
+// nearly every second though nothing changes: written at once, that is a
+// Lease write a second for nothing. Such a move repeats no change if it is
+// lost, and an idle resource's older checkpoint still resumes, because
+// the watch cache keeps its history until changes push it out, and a
+// change is written at once.
+const IdleEvery = time.Minute
 
 // AnnotationKey is the Lease annotation that holds the checkpoints.
 const AnnotationKey = "kubewire.io/checkpoint"
@@ -66,6 +82,8 @@ type Store struct {
 	// does not exist; data is what it holds.
 	rv   string
 	data map[string]Entry
+	// written is when Save last wrote the Lease.
+	written time.Time
 	// forget names entries to drop (Forget); Save runs on the saver's
 	// goroutine, Forget on the discoverer's.
 	forgetMu sync.Mutex
@@ -167,20 +185,71 @@ func (s *Store) Save(ctx context.Context, entries map[string]Entry) error {
 		return fmt.Errorf("writing checkpoint Lease %s: %w", s.Name(), err)
 	}
 	metrics.CheckpointWrites.WithLabelValues("ok").Inc()
-	s.rv, s.data = out.ResourceVersion, next
+	s.rv, s.data, s.written = out.ResourceVersion, next, time.Now()
 	return nil
+}
+
+// idleOnly reports whether entries differ from what the Lease holds only
+// by streams that bookmarks alone moved forward.
+func (s *Store) idleOnly(entries map[string]Entry) bool {
+	if s.data == nil || s.rv == "" {
+		return false
+	}
+	s.forgetMu.Lock()
+	forget := len(s.forget)
+	s.forgetMu.Unlock()
+	if forget > 0 {
+		return false
+	}
+	for name, e := range entries {
+		was, ok := s.data[name]
+		if !ok || was.Hash != e.Hash || was.UID != e.UID || len(was.Streams) != len(e.Streams) {
+			return false
+		}
+		for k, rv := range e.Streams {
+			old, ok := was.Streams[k]
+			switch {
+			case !ok:
+				return false
+			case rv == old:
+			case !after(rv, old):
+				// Backwards (a restored etcd): not an idle move.
+				return false
+			case e.Settled[k] == "" || after(e.Settled[k], old):
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// after reports whether resourceVersion a is after b; a version that is
+// not a number is never after, so that it is written at once.
+func after(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && x > y
+}
+
+// turn is one of Run's saves, at now.
+func (s *Store) turn(ctx context.Context, entries map[string]Entry, now time.Time) error {
+	if now.Sub(s.written) < IdleEvery && s.idleOnly(entries) {
+		return nil
+	}
+	return s.Save(ctx, entries)
 }
 
 func sameEntry(a, b Entry) bool {
 	return a.Hash == b.Hash && a.UID == b.UID && maps.Equal(a.Streams, b.Streams)
 }
 
-// Run saves what collect gives every interval until ctx ends. Errors are
-// logged, and the next turn tries again.
+// Run saves what collect gives every interval until ctx ends, but what
+// moved only by bookmarks at most every IdleEvery. Errors are logged, and
+// the next turn tries again.
 func (s *Store) Run(ctx context.Context, every time.Duration, collect func() map[string]Entry) {
 	failing := false
 	tick.Every(ctx, every, func() {
-		err := s.Save(ctx, collect())
+		err := s.turn(ctx, collect(), time.Now())
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			s.log.Warn("checkpoint not saved; retrying", "err", err)

@@ -309,7 +309,7 @@ func TestAResourceThatMayNotBeListedIsReportedClearlyWhileOthersStream(t *testin
   - {version: v1, resource: configmaps, namespaces: [%s], sinks: [out]}
   - {version: v1, resource: secrets, namespaces: [%s], sinks: [out]}
 `, ns, ns), limitedUser)
-	line := k.WaitLog(t, "permission denied", "resource=secrets", "verb=list", "namespace="+ns)
+	line := k.WaitLog(t, "permission denied", "resource=secrets", "verb=watch", "namespace="+ns)
 	t.Logf("log line: %s", line)
 	if testutil.ToFloat64(metrics.InformerErrors.WithLabelValues("secrets", "forbidden")) <= before {
 		t.Error("kubewire_informer_errors_total{resource=secrets,reason=forbidden} did not move")

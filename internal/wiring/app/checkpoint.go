@@ -255,7 +255,7 @@ func (a *App) checkpoints() map[string]checkpoint.Entry {
 		if len(streams) == 0 {
 			continue
 		}
-		out[w.Name()] = checkpoint.Entry{Hash: w.ConfigHash(), Streams: streams, UID: uids[w.Name()]}
+		out[w.Name()] = checkpoint.Entry{Hash: w.ConfigHash(), Streams: streams, UID: uids[w.Name()], Settled: w.SettledCheckpoint()}
 		metrics.CheckpointAge.WithLabelValues(w.Name()).Set(now.Sub(at).Seconds())
 	}
 	return out
