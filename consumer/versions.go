@@ -74,6 +74,8 @@ type ObjectVersions struct {
 	Before *Version
 	// Versions are in resourceVersion order, each once.
 	Versions []Version
+	// Read counts the records read to answer, over every scan.
+	Read int64
 }
 
 // Versions reads every version of one object in a range from a topic
@@ -97,12 +99,6 @@ func Versions(ctx context.Context, cfg VersionsConfig) (*ObjectVersions, error) 
 	if cfg.Dialer == nil {
 		cfg.Dialer = kafkago.DefaultDialer
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Lookback <= 0 {
-		cfg.Lookback = 15 * time.Minute
-	}
 	probe := &KafkaSource{cfg: KafkaConfig{Brokers: cfg.Brokers, Topic: cfg.Topic, Dialer: cfg.Dialer}}
 	parts, err := probe.partitions(ctx)
 	if err != nil {
@@ -112,31 +108,68 @@ func Versions(ctx context.Context, cfg VersionsConfig) (*ObjectVersions, error) 
 	for _, b := range parts {
 		whole = whole && b.first == 0
 	}
+	return versionsIn(ctx, cfg, versionsSource{
+		where: "topic " + cfg.Topic, partitions: len(parts), whole: whole,
+		start: func(ctx context.Context, t time.Time) (Positions, bool, error) {
+			return historyStart(ctx, probe, parts, t)
+		},
+		read: func(ctx context.Context, start Positions, onRead func(Read) bool) (int64, error) {
+			return readKafka(ctx, probe, parts, start, onRead)
+		},
+	})
+}
+
+// versionsSource is a topic or a stream as Versions reads it.
+type versionsSource struct {
+	where      string // "topic T", "stream S": for messages
+	partitions int
+	// whole says nothing was ever deleted from it.
+	whole bool
+	// start is, per partition, the first position stored at or after t;
+	// all says each is the partition's first.
+	start func(ctx context.Context, t time.Time) (start Positions, all bool, err error)
+	// read is as historyQuery.read.
+	read func(ctx context.Context, start Positions, onRead func(Read) bool) (int64, error)
+}
+
+// versionsIn is Versions for any source.
+func versionsIn(ctx context.Context, cfg VersionsConfig, src versionsSource) (*ObjectVersions, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Lookback <= 0 {
+		cfg.Lookback = 15 * time.Minute
+	}
 	from := cfg.Since
 	if from.IsZero() {
 		from = cfg.Now()
 	}
 	lookback := cfg.Lookback
+	var read int64
 	for {
 		var start Positions
 		all := true
 		bounded := cfg.SinceRV != 0 || !cfg.Since.IsZero()
+		var err error
 		if bounded {
-			if start, all, err = historyStart(ctx, probe, parts, from.Add(-lookback)); err != nil {
+			if start, all, err = src.start(ctx, from.Add(-lookback)); err != nil {
 				return nil, err
 			}
 		}
-		s, err := scanVersions(ctx, cfg, probe, parts, start)
+		s, n, err := scanVersions(ctx, cfg, src.read, start)
+		read += n
 		if err != nil {
 			return nil, err
 		}
 		// Without a start, the range is what the topic keeps.
-		if !bounded || s.proven(len(parts)) || all && whole {
-			return s.answer(cfg)
+		if !bounded || s.proven(src.partitions) || all && src.whole {
+			vs, err := s.answer(cfg)
+			vs.Read = read
+			return vs, err
 		}
 		if all {
-			return nil, fmt.Errorf("%w: topic %s no longer holds the start of the range of %s (resourceVersion %d): no complete snapshot at or below it is left, and retention dropped the first records",
-				ErrNoSnapshot, cfg.Topic, cfg.Key, s.since)
+			return nil, fmt.Errorf("%w: %s no longer holds the start of the range of %s (resourceVersion %d): no complete snapshot at or below it is left, and retention dropped the first records",
+				ErrNoSnapshot, src.where, cfg.Key, s.since)
 		}
 		lookback *= 4
 	}
@@ -154,7 +187,7 @@ type versionScan struct {
 	sinceAt, untilAt         uint64         // highest rv observed at or before Since, Until
 }
 
-func scanVersions(ctx context.Context, cfg VersionsConfig, src *KafkaSource, parts map[int]bounds, start Positions) (*versionScan, error) {
+func scanVersions(ctx context.Context, cfg VersionsConfig, read func(context.Context, Positions, func(Read) bool) (int64, error), start Positions) (*versionScan, int64, error) {
 	s := &versionScan{key: cfg.Key, resource: resourceOf(cfg.Key), snaps: map[string]*marker{}, gapIDs: map[string]bool{}}
 	if p := strings.Split(cfg.Key, "/"); len(p) == 3 {
 		s.namespace = p[1]
@@ -167,7 +200,7 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, src *KafkaSource, par
 			s.untilAt = max(s.untilAt, rv)
 		}
 	}
-	_, err := readKafka(ctx, src, parts, start, func(r Read) bool {
+	n, err := read(ctx, start, func(r Read) bool {
 		if r.Kind != ReadEvent || resourceOf(r.Key) != s.resource {
 			return false
 		}
@@ -206,7 +239,7 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, src *KafkaSource, par
 		return false
 	})
 	if err != nil {
-		return nil, err
+		return nil, n, err
 	}
 	s.since, s.until = 0, math.MaxUint64
 	switch {
@@ -221,7 +254,7 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, src *KafkaSource, par
 	case !cfg.Until.IsZero():
 		s.until = s.untilAt
 	}
-	return s, nil
+	return s, n, nil
 }
 
 // proven says the scan began before a complete snapshot whose list is at
