@@ -43,6 +43,9 @@ type VersionsConfig struct {
 	// as HistoryConfig.Lookback: snapshotInterval plus a margin. Default
 	// 15m.
 	Lookback time.Duration
+	// WatchPerNamespace is as in HistoryConfig: the partitions of a
+	// resource watched per namespace are read to their end.
+	WatchPerNamespace bool
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -92,6 +95,10 @@ type ObjectVersions struct {
 // carries a reference instead of its object (ErrReferencePayload) is
 // returned together with the versions that were read: each of them is a
 // real version, but the list may lack some, or their content.
+//
+// With an end to the range, each partition is read only until nothing
+// after it can be a version at or below the end, by the rule HistoryAt
+// stops by.
 func Versions(ctx context.Context, cfg VersionsConfig) (*ObjectVersions, error) {
 	if len(cfg.Brokers) == 0 || cfg.Topic == "" || cfg.Key == "" {
 		return nil, errors.New("consumer: versions needs brokers, a topic and a key")
@@ -200,11 +207,15 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, read func(context.Con
 			s.untilAt = max(s.untilAt, rv)
 		}
 	}
+	// The end of the range is a point as HistoryAt's: nothing after its
+	// stop is a version at or below it. Without an end, nothing stops.
+	ends := newStops(cfg.UntilRV, cfg.Until, cfg.WatchPerNamespace)
 	n, err := read(ctx, start, func(r Read) bool {
 		if r.Kind != ReadEvent || resourceOf(r.Key) != s.resource {
 			return false
 		}
 		ev := r.Event
+		end := ends.of(r.Position.Partition).next(ev)
 		switch ev.Type() {
 		case encoding.TypeSnapshotStarted, encoding.TypeSnapshotCompleted:
 			id := ext(ev, encoding.ExtSnapshotID)
@@ -236,7 +247,7 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, read func(context.Con
 				s.events = append(s.events, ev)
 			}
 		}
-		return false
+		return end
 	})
 	if err != nil {
 		return nil, n, err

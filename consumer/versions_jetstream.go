@@ -16,14 +16,15 @@ type JetStreamVersionsConfig struct {
 	JetStream jetstream.JetStream
 	Stream    string
 	Subject   string
-	// Key, the range and Now are as in VersionsConfig.
+	// Key, the range, WatchPerNamespace and Now are as in VersionsConfig.
 	Key              string
 	SinceRV, UntilRV uint64
 	Since, Until     time.Time
 	// Lookback is as in VersionsConfig, measured in the times the server
 	// stored the messages, as in JetStreamHistoryConfig.
-	Lookback time.Duration
-	Now      func() time.Time
+	Lookback          time.Duration
+	WatchPerNamespace bool
+	Now               func() time.Time
 }
 
 // VersionsJetStream is Versions for a stream written by kubewire's NATS
@@ -47,7 +48,7 @@ func VersionsJetStream(ctx context.Context, cfg JetStreamVersionsConfig) (*Objec
 	}
 	return versionsIn(ctx, VersionsConfig{
 		Key: cfg.Key, SinceRV: cfg.SinceRV, Since: cfg.Since, UntilRV: cfg.UntilRV, Until: cfg.Until,
-		Lookback: cfg.Lookback, Now: cfg.Now,
+		Lookback: cfg.Lookback, WatchPerNamespace: cfg.WatchPerNamespace, Now: cfg.Now,
 	}, versionsSource{
 		// A stream whose first message is its first sequence lost none.
 		where: "stream " + cfg.Stream, partitions: 1, whole: state.FirstSeq <= 1,
