@@ -43,6 +43,9 @@ type VersionsConfig struct {
 	// as HistoryConfig.Lookback: snapshotInterval plus a margin. Default
 	// 15m.
 	Lookback time.Duration
+	// WatchPerNamespace is as in HistoryConfig: the partitions of a
+	// resource watched per namespace are read to their end.
+	WatchPerNamespace bool
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -74,6 +77,8 @@ type ObjectVersions struct {
 	Before *Version
 	// Versions are in resourceVersion order, each once.
 	Versions []Version
+	// Read counts the records read to answer, over every scan.
+	Read int64
 }
 
 // Versions reads every version of one object in a range from a topic
@@ -90,18 +95,16 @@ type ObjectVersions struct {
 // carries a reference instead of its object (ErrReferencePayload) is
 // returned together with the versions that were read: each of them is a
 // real version, but the list may lack some, or their content.
+//
+// With an end to the range, each partition is read only until nothing
+// after it can be a version at or below the end, by the rule HistoryAt
+// stops by.
 func Versions(ctx context.Context, cfg VersionsConfig) (*ObjectVersions, error) {
 	if len(cfg.Brokers) == 0 || cfg.Topic == "" || cfg.Key == "" {
 		return nil, errors.New("consumer: versions needs brokers, a topic and a key")
 	}
 	if cfg.Dialer == nil {
 		cfg.Dialer = kafkago.DefaultDialer
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Lookback <= 0 {
-		cfg.Lookback = 15 * time.Minute
 	}
 	probe := &KafkaSource{cfg: KafkaConfig{Brokers: cfg.Brokers, Topic: cfg.Topic, Dialer: cfg.Dialer}}
 	parts, err := probe.partitions(ctx)
@@ -112,31 +115,68 @@ func Versions(ctx context.Context, cfg VersionsConfig) (*ObjectVersions, error) 
 	for _, b := range parts {
 		whole = whole && b.first == 0
 	}
+	return versionsIn(ctx, cfg, versionsSource{
+		where: "topic " + cfg.Topic, partitions: len(parts), whole: whole,
+		start: func(ctx context.Context, t time.Time) (Positions, bool, error) {
+			return historyStart(ctx, probe, parts, t)
+		},
+		read: func(ctx context.Context, start Positions, onRead func(Read) bool) (int64, error) {
+			return readKafka(ctx, probe, parts, start, onRead)
+		},
+	})
+}
+
+// versionsSource is a topic or a stream as Versions reads it.
+type versionsSource struct {
+	where      string // "topic T", "stream S": for messages
+	partitions int
+	// whole says nothing was ever deleted from it.
+	whole bool
+	// start is, per partition, the first position stored at or after t;
+	// all says each is the partition's first.
+	start func(ctx context.Context, t time.Time) (start Positions, all bool, err error)
+	// read is as historyQuery.read.
+	read func(ctx context.Context, start Positions, onRead func(Read) bool) (int64, error)
+}
+
+// versionsIn is Versions for any source.
+func versionsIn(ctx context.Context, cfg VersionsConfig, src versionsSource) (*ObjectVersions, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Lookback <= 0 {
+		cfg.Lookback = 15 * time.Minute
+	}
 	from := cfg.Since
 	if from.IsZero() {
 		from = cfg.Now()
 	}
 	lookback := cfg.Lookback
+	var read int64
 	for {
 		var start Positions
 		all := true
 		bounded := cfg.SinceRV != 0 || !cfg.Since.IsZero()
+		var err error
 		if bounded {
-			if start, all, err = historyStart(ctx, probe, parts, from.Add(-lookback)); err != nil {
+			if start, all, err = src.start(ctx, from.Add(-lookback)); err != nil {
 				return nil, err
 			}
 		}
-		s, err := scanVersions(ctx, cfg, probe, parts, start)
+		s, n, err := scanVersions(ctx, cfg, src.read, start)
+		read += n
 		if err != nil {
 			return nil, err
 		}
 		// Without a start, the range is what the topic keeps.
-		if !bounded || s.proven(len(parts)) || all && whole {
-			return s.answer(cfg)
+		if !bounded || s.proven(src.partitions) || all && src.whole {
+			vs, err := s.answer(cfg)
+			vs.Read = read
+			return vs, err
 		}
 		if all {
-			return nil, fmt.Errorf("%w: topic %s no longer holds the start of the range of %s (resourceVersion %d): no complete snapshot at or below it is left, and retention dropped the first records",
-				ErrNoSnapshot, cfg.Topic, cfg.Key, s.since)
+			return nil, fmt.Errorf("%w: %s no longer holds the start of the range of %s (resourceVersion %d): no complete snapshot at or below it is left, and retention dropped the first records",
+				ErrNoSnapshot, src.where, cfg.Key, s.since)
 		}
 		lookback *= 4
 	}
@@ -154,7 +194,7 @@ type versionScan struct {
 	sinceAt, untilAt         uint64         // highest rv observed at or before Since, Until
 }
 
-func scanVersions(ctx context.Context, cfg VersionsConfig, src *KafkaSource, parts map[int]bounds, start Positions) (*versionScan, error) {
+func scanVersions(ctx context.Context, cfg VersionsConfig, read func(context.Context, Positions, func(Read) bool) (int64, error), start Positions) (*versionScan, int64, error) {
 	s := &versionScan{key: cfg.Key, resource: resourceOf(cfg.Key), snaps: map[string]*marker{}, gapIDs: map[string]bool{}}
 	if p := strings.Split(cfg.Key, "/"); len(p) == 3 {
 		s.namespace = p[1]
@@ -167,11 +207,15 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, src *KafkaSource, par
 			s.untilAt = max(s.untilAt, rv)
 		}
 	}
-	_, err := readKafka(ctx, src, parts, start, func(r Read) bool {
+	// The end of the range is a point as HistoryAt's: nothing after its
+	// stop is a version at or below it. Without an end, nothing stops.
+	ends := newStops(cfg.UntilRV, cfg.Until, cfg.WatchPerNamespace)
+	n, err := read(ctx, start, func(r Read) bool {
 		if r.Kind != ReadEvent || resourceOf(r.Key) != s.resource {
 			return false
 		}
 		ev := r.Event
+		end := ends.of(r.Position.Partition).next(ev)
 		switch ev.Type() {
 		case encoding.TypeSnapshotStarted, encoding.TypeSnapshotCompleted:
 			id := ext(ev, encoding.ExtSnapshotID)
@@ -203,10 +247,10 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, src *KafkaSource, par
 				s.events = append(s.events, ev)
 			}
 		}
-		return false
+		return end
 	})
 	if err != nil {
-		return nil, err
+		return nil, n, err
 	}
 	s.since, s.until = 0, math.MaxUint64
 	switch {
@@ -221,7 +265,7 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, src *KafkaSource, par
 	case !cfg.Until.IsZero():
 		s.until = s.untilAt
 	}
-	return s, nil
+	return s, n, nil
 }
 
 // proven says the scan began before a complete snapshot whose list is at

@@ -180,3 +180,92 @@ func TestVersionsRefusesARangeWhoseStartRetentionDropped(t *testing.T) {
 		t.Errorf("without a start: %v, %v; want %v", versionsOf(vs), err, want)
 	}
 }
+
+// The cost of one object's versions up to an end follows what lies before
+// the end, not the length of the topic or stream: each partition stops as
+// HistoryAt does for a point at the end.
+func TestVersionsStopsReadingEachPartitionOnceNothingAfterCanBeInTheRange(t *testing.T) {
+	const intervals = 40
+	total := int64(intervals*(50+10+2*3) + 10 + 2*3)
+	key := sinktest.Resource.ObjectKey("team-a", "w5")
+	// w5 is listed at 6 and updated at 15, 25, ... (every tenth version).
+	want := []string{"synced 6"}
+	for rv := 15; rv <= 85; rv += 10 {
+		want = append(want, fmt.Sprintf("updated %d", rv))
+	}
+	// Version 85 lies in the second interval: each partition can stop at
+	// the started marker of s2 (at 110), the first after an update above
+	// 85, so the scan reads the first snapshot and at most three
+	// intervals. A time ends the scan at the first started marker
+	// observed after it, s2's too.
+	until := longHistoryStart.Add(85*time.Second + time.Second/2)
+	check := func(t *testing.T, versions func(ctx context.Context, untilRV uint64, until time.Time) (*consumer.ObjectVersions, error)) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, end := range []struct {
+			rv uint64
+			at time.Time
+		}{{rv: 85}, {at: until}} {
+			vs, err := versions(ctx, end.rv, end.at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, v := range vs.Versions {
+				got = append(got, fmt.Sprintf("%s %d", v.Type, v.RV))
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("versions of %s up to %d / %s: %v, want %v", key, end.rv, end.at.Format(time.RFC3339Nano), got, want)
+			}
+			t.Logf("up to %d / %s: read %d records of %d", end.rv, end.at.Format(time.RFC3339Nano), vs.Read, total)
+			if limit := int64(4 * (50 + 10 + 2*3)); vs.Read > limit {
+				t.Errorf("read %d records of %d for the versions up to %d / %s; want at most %d: the read goes on past the end of the range",
+					vs.Read, total, end.rv, end.at.Format(time.RFC3339Nano), limit)
+			}
+		}
+	}
+	t.Run("kafka", func(t *testing.T) {
+		addr := startKfake(t)
+		s, topic := kafkaSink(t, addr, "binary")
+		write(t, s, longHistory(intervals))
+		check(t, func(ctx context.Context, untilRV uint64, until time.Time) (*consumer.ObjectVersions, error) {
+			return consumer.Versions(ctx, consumer.VersionsConfig{Brokers: []string{addr}, Topic: topic, Key: key, UntilRV: untilRV, Until: until})
+		})
+	})
+	t.Run("jetstream", func(t *testing.T) {
+		url, js := startNATS(t)
+		write(t, natsSink(t, url, "binary", "KW"), longHistory(intervals))
+		check(t, func(ctx context.Context, untilRV uint64, until time.Time) (*consumer.ObjectVersions, error) {
+			return consumer.VersionsJetStream(ctx, consumer.JetStreamVersionsConfig{JetStream: js, Stream: "KW", Key: key, UntilRV: untilRV, Until: until})
+		})
+	})
+}
+
+// Stopping early must not change an answer: up to every end, the versions
+// are those a read to the end of every partition gives (a resource watched
+// per namespace is read to the end).
+func TestVersionsAnswersTheSameWhetherItStopsEarlyOrReadsToTheEnd(t *testing.T) {
+	addr := startKfake(t)
+	s, topic := kafkaSink(t, addr, "binary")
+	write(t, s, longHistory(4))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Ends in the first list, inside intervals, at and around snapshots
+	// (at 10, 60, 110, 160, 210).
+	key := sinktest.Resource.ObjectKey("team-a", "w7")
+	for _, end := range []uint64{1, 10, 11, 37, 60, 61, 109, 110, 187, 210, 211} {
+		cfg := consumer.VersionsConfig{Brokers: []string{addr}, Topic: topic, Key: key, UntilRV: end}
+		early, err := consumer.Versions(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.WatchPerNamespace = true
+		whole, err := consumer.Versions(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, b := versionsOf(early), versionsOf(whole); !slices.Equal(a, b) || early.Read > whole.Read {
+			t.Errorf("%s up to %d: stopping early (%d records read) gave %v; reading to the end (%d) gave %v", key, end, early.Read, a, whole.Read, b)
+		}
+	}
+}

@@ -158,9 +158,9 @@ POINT are marked incomplete.
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.path, "config", "", "path to the config file (required)")
-	fl.StringVar(&f.sink, "sink", "", "name of the kafka or jetstream sink to read (required; one object's versions: kafka only)")
+	fl.StringVar(&f.sink, "sink", "", "name of the kafka or jetstream sink to read (required)")
 	fl.StringVar(&f.at, "at", "", "the point: rv:N, an RFC 3339 time, or a relative time such as -1h (required without an object)")
-	fl.StringVar(&f.since, "since", "", "with an object: the versions from this point (rv:N, RFC 3339 or -1h); default: the oldest the topic keeps")
+	fl.StringVar(&f.since, "since", "", "with an object: the versions from this point (rv:N, RFC 3339 or -1h); default: the oldest the topic or stream keeps")
 	fl.StringVar(&f.until, "until", "", "with an object: the versions up to this point, inclusive; default: the newest")
 	fl.StringVar(&f.resource, "resource", "", "only this resource: its name (configmaps) or name.group (widgets.demo.kubewire.io)")
 	fl.StringSliceVar(&f.namespaces, "namespace", nil, "only objects of these namespaces (repeatable, or a comma list)")
@@ -293,20 +293,6 @@ func historyClient(blk *kafka.Config) (*kafkago.Dialer, *kafkago.Client, error) 
 		Transport: &kafkago.Transport{TLS: d.TLS, SASL: d.SASLMechanism, ClientID: d.ClientID, DialTimeout: d.Timeout},
 		Timeout:   k.RequestTimeout.Duration,
 	}, nil
-}
-
-// historySink opens the config and the kafka sink that the history of one
-// object reads.
-func historySink(g *globalFlags, stderr io.Writer, f historyFlags) (*config.Config, *config.Sink, *kafka.Config, error) {
-	cfg, sc, err := openSink(g, stderr, f.path, f.sink)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	blk, ok := sc.Block.(*kafka.Config)
-	if !ok {
-		return nil, nil, nil, usageError{fmt.Errorf("--sink %q: the history of one object reads kafka sinks so far; this is a %s sink", f.sink, sc.Type)}
-	}
-	return cfg, sc, blk, nil
 }
 
 // wholeObjects says what the config already says the stream cannot

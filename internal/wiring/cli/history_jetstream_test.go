@@ -126,11 +126,39 @@ func TestHistoryOfAJetStreamSinkExitsWithItsOwnCodeNamingWhatTheStreamCannotAnsw
 		{"a gap between the snapshot and the point", []string{"--sink", "js", "--at", "rv:9"}, cli.ExitWatchGap, "(8, 10] may be missing"},
 		{"a stream that keeps a few messages per subject", []string{"--sink", "persubject", "--at", "rv:2"}, cli.ExitCompacted, "at most 5 message(s) per subject"},
 		{"a core NATS sink", []string{"--sink", "core", "--at", "rv:2"}, cli.ExitConfig, "keeps no history"},
+		{"one object of a stream that keeps a few messages per subject", []string{"--sink", "persubject", "widgets/team-a/a"}, cli.ExitCompacted, "at most 5 message(s) per subject"},
+		{"one object of a core NATS sink", []string{"--sink", "core", "configmaps/team-a/a"}, cli.ExitConfig, "keeps no history"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := run(append([]string{"history", "--config", env.path}, tc.args...)...)
 			if code != tc.code || !strings.Contains(errOut, tc.mention) || out != "" && !strings.HasPrefix(out, "TIME") {
 				t.Errorf("exit %d, stderr %q, stdout %q; want exit %d naming %q", code, errOut, out, tc.code, tc.mention)
+			}
+		})
+	}
+}
+
+// The cases of TestHistoryOfAnObjectPrintsEachOfItsVersionsInTheRangeOnce
+// and its gap, read from a stream.
+func TestHistoryOfAnObjectReadsAJetStreamSinksStreamAsItReadsAKafkaTopic(t *testing.T) {
+	env := newJetStreamHistoryEnv(t)
+	env.send(t, "js", historyStream()...)
+	env.send(t, "js", historyStream()[5]) // a redelivery of c's add
+	for _, tc := range []struct {
+		name, object string
+		args         []string
+		code         int
+		want         []string
+	}{
+		{"a range before the gap", "widgets/team-a/a", []string{"--since", "rv:2", "--until", "rv:7"}, cli.ExitOK, []string{"updated 3", "updated 6"}},
+		{"a redelivered add and a snapshot record of a version already read are left out", "widgets/team-a/c", []string{"--until", "rv:8"}, cli.ExitOK, []string{"added 4", "updated 7"}},
+		{"the first version is inclusive", "widgets/team-a/a", []string{"--since", "rv:3", "--until", "rv:3"}, cli.ExitOK, []string{"updated 3"}},
+		{"a range across the gap prints what it read and exits 5", "widgets/team-a/c", nil, cli.ExitWatchGap, []string{"added 4", "updated 7", "synced 9"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _ := versionRows(t, tc.code, append([]string{"--config", env.path, "--sink", "js", tc.object}, tc.args...)...)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("history %s %v printed %v, want %v", tc.object, tc.args, got, tc.want)
 			}
 		})
 	}

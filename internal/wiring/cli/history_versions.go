@@ -20,6 +20,7 @@ import (
 	"github.com/kubewire/kubewire/consumer"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/sinks/kafka"
+	kwnats "github.com/kubewire/kubewire/sinks/nats"
 )
 
 // runObjectHistoryCmd is `history RESOURCE/[NAMESPACE/]NAME`: the flags
@@ -52,13 +53,19 @@ func runObjectHistoryCmd(g *globalFlags, f historyFlags, object string, stdout, 
 			return usageError{err}
 		}
 	}
-	cfg, sc, blk, err := historySink(g, stderr, f)
+	cfg, sc, err := openSink(g, stderr, f.path, f.sink)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return runObjectHistory(ctx, cfg, sc.Name, blk, f, parts, since, until, stdout, stderr)
+	switch blk := sc.Block.(type) {
+	case *kafka.Config:
+		return runObjectHistory(ctx, cfg, sc.Name, blk, f, parts, since, until, stdout, stderr)
+	case *kwnats.Config:
+		return runObjectHistoryJetStream(ctx, cfg, sc.Name, blk, f, parts, since, until, stdout, stderr)
+	}
+	return usageError{fmt.Errorf("--sink %q: history reads kafka and nats (jetstream) sinks; this is a %s sink", f.sink, sc.Type)}
 }
 
 func runObjectHistory(ctx context.Context, cfg *config.Config, sink string, blk *kafka.Config, f historyFlags,
@@ -83,17 +90,24 @@ func runObjectHistory(ctx context.Context, cfg *config.Config, sink string, blk 
 	vs, verr := consumer.Versions(ctx, consumer.VersionsConfig{
 		Brokers: k.Brokers, Topic: r.topic, Dialer: d, Key: key,
 		SinceRV: since.rv, Since: since.at, UntilRV: until.rv, Until: until.at,
-		Lookback: r.rc.SnapshotInterval.Duration + f.margin,
+		Lookback:          r.rc.SnapshotInterval.Duration + f.margin,
+		WatchPerNamespace: r.rc.PerNamespaceWatch() && len(r.rc.Namespaces) > 1,
 	})
+	return reportVersions(sink, "topic "+r.topic, key, f.output, vs, verr, stdout, stderr)
+}
+
+// reportVersions prints what a read of an object's versions gave, and
+// exits as its error says.
+func reportVersions(sink, where, key, format string, vs *consumer.ObjectVersions, verr error, stdout, stderr io.Writer) error {
 	if vs == nil {
 		return historyError(sink, verr)
 	}
-	upper := "the end of the topic"
+	upper := "the end of the " + strings.Fields(where)[0]
 	if vs.Until != math.MaxUint64 {
 		upper = strconv.FormatUint(vs.Until, 10)
 	}
-	fmt.Fprintf(stderr, "history: %d version(s) of %s in resourceVersions (%d, %s] in topic %s\n", len(vs.Versions), key, vs.Since, upper, r.topic)
-	if err := printVersions(stdout, stderr, f.output, vs); err != nil {
+	fmt.Fprintf(stderr, "history: %d version(s) of %s in resourceVersions (%d, %s] in %s, %d records read\n", len(vs.Versions), key, vs.Since, upper, where, vs.Read)
+	if err := printVersions(stdout, stderr, format, vs); err != nil {
 		return err
 	}
 	if verr != nil {

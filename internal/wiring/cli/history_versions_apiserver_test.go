@@ -41,7 +41,8 @@ type versionOut struct {
 // The API server is the oracle twice over. The churn keeps its own log of
 // the writes to one object, each with the resourceVersion the API server
 // returned and the field manager that wrote it: history OBJECT must print
-// exactly those versions, in order, with those managers. And history --at
+// exactly those versions, in order, with those managers, and for a range
+// of times, exactly those whose writes it observed in it. And history --at
 // TIME must equal an exact LIST at a version the cluster had within a
 // stated tolerance of TIME.
 func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t *testing.T) {
@@ -71,6 +72,14 @@ func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An event's time is when kubewire observed the change: after the API
+	// server answered the write, by the watch's delivery and the
+	// informer's hand-off (a few milliseconds here; lag below), or just
+	// before the answer reached the writer. 500ms is over a hundred times
+	// the lag measured, for a loaded 2-core machine with -race, and still
+	// shorter than the churn's pauses (up to a second between managers),
+	// so the checks tell points apart.
+	const tol = 500 * time.Millisecond
 	var log []churnWrite // every write, of every object
 	put := func(name, value, manager string) {
 		t.Helper()
@@ -86,6 +95,11 @@ func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t 
 	}
 	// Runs of writes to web by three managers, each write followed by one
 	// to another object, whose versions are in the range but not web's.
+	// A mark ends each run tol after its last answer: after kubewire
+	// observed each write of the run (tol below covers the observing
+	// lag), and before the next run, sent once the clock has passed it.
+	var marks []time.Time
+	var runs [][]churnWrite
 	n := 0
 	for _, run := range []struct {
 		manager string
@@ -99,13 +113,21 @@ func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t 
 			// pass that second: a wait on the clock the assertion depends
 			// on, not on another goroutine.
 			prev := webSecond(ctx, t, cs, ns)
-			testkit.Within(t, 5*time.Second, "the next second", func() bool { return time.Now().Truncate(time.Second).After(prev) })
+			mark := log[len(log)-1].done.Add(tol)
+			marks = append(marks, mark)
+			testkit.Within(t, 5*time.Second, "the next second and the mark", func() bool {
+				now := time.Now()
+				return now.Truncate(time.Second).After(prev) && now.After(mark)
+			})
 		}
+		var ofRun []churnWrite
 		for range run.writes {
 			n++
 			put("web", strconv.Itoa(n), run.manager)
+			ofRun = append(ofRun, log[len(log)-1])
 			put("other", strconv.Itoa(n), "writer-z")
 		}
+		runs = append(runs, ofRun)
 	}
 	if err := cms.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -153,6 +175,9 @@ func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t 
 		var vs []versionOut
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			var v versionOut
+			if line == "" {
+				continue // no version in the range
+			}
 			if err := json.Unmarshal([]byte(line), &v); err != nil {
 				t.Fatalf("line %q: %v", line, err)
 			}
@@ -193,17 +218,13 @@ func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t 
 	same("web from its 4th to its 8th version", versions("--since", "rv:"+web[3].rv, "--until", "rv:"+web[7].rv), web[3:8])
 	// A range whose ends are the other object's versions.
 	same("web between the other object's versions", versions("--since", "rv:"+log[1].rv, "--until", "rv:"+log[10].rv), web[1:6])
+	// A range of times holds exactly the writes observed in it.
+	at := func(t time.Time) string { return t.Format(time.RFC3339Nano) }
+	same("web between the first two marks", versions("--since", at(marks[0]), "--until", at(marks[1])), runs[1])
+	same("web up to the first mark", versions("--until", at(marks[0])), runs[0])
 
-	// --at TIME. An event's time is when kubewire observed the change:
-	// after the API server answered the write, by the watch's delivery and
-	// the informer's hand-off (a few milliseconds here; lag above), or
-	// just before the answer reached the writer. So the state history
-	// gives for T must be the LIST at a version the cluster had at some
-	// moment within tol of T. 500ms is over a hundred times the lag
-	// measured, for a loaded 2-core machine with -race, and still shorter
-	// than the churn's pauses (up to a second between managers), so the
-	// check tells points apart.
-	const tol = 500 * time.Millisecond
+	// --at TIME: the state history gives for T must be the LIST at a
+	// version the cluster had at some moment within tol of T.
 	listAt := func(rv string) map[string]string {
 		l, err := cms.List(ctx, metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
 		if err != nil {
