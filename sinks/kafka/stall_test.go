@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/kubewire/kubewire/informer"
 	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
+	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/kafka"
 	"github.com/kubewire/kubewire/sinks/sinktest"
 )
@@ -31,44 +33,10 @@ import (
 // (its Write had given up on it, so the dispatcher writes those events
 // again): every change is in the topic once, in order.
 func TestAStalledPartitionHoldsBackOnlyItsOwnObjects(t *testing.T) {
-	kafka.SetStallAfter(t, 300*time.Millisecond)
-	f := startFake(t)
-	const partitions = 4
-	s, prefix := newSink(t, f.addr(), partitions, func(k *kafka.Config) {
-		// Longer than the test: the stalled request is never given up by
-		// its deadline, only by the broker answering at last.
-		k.RequestTimeout = config.NewDuration(time.Minute)
-	})
-	topic := widgetTopic(prefix)
-	connect(t, s)
-	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1)) // creates the topic
-
-	bal, err := kafka.NewBalancer(kafka.BalancerMurmur2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	partitionOf := func(name string) int {
-		ev := mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", name, 1))
-		return bal.Balance(kafkago.Message{Key: []byte(ev.Extension(encoding.ExtPartitionKey))}, 0, 1, 2, 3)
-	}
-	const stalled = 0
-	release := make(chan struct{})
-	var held atomic.Int32
-	f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		f.c.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		if len(pr.Topics) == 1 && pr.Topics[0].Topic == topic && pr.Topics[0].Partitions[0].Partition == stalled {
-			held.Add(1)
-			f.c.SleepControl(func() { <-release })
-		}
-		return nil, nil, false
-	})
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
+	const partitions, stalled = 4, 0
+	sp := stallPartition(t, partitions, stalled)
+	s, f, topic, partitionOf, held := sp.sink, sp.f, sp.topic, sp.partitionOf, &sp.held
+	defer sp.release()
 
 	d := dispatch.NewDispatcher("kafka-stall", s, dispatch.Options{
 		Shards: 4, BatchSize: 20, RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
@@ -123,8 +91,7 @@ func TestAStalledPartitionHoldsBackOnlyItsOwnObjects(t *testing.T) {
 		t.Fatal("no request to the stalled partition was held: the stall did not happen")
 	}
 
-	close(release)
-	released = true
+	sp.release()
 	testkit.Within(t, 20*time.Second, "the dispatcher to deliver everything", func() bool { return d.Queued() == 0 },
 		func() string { return strconv.Itoa(d.Queued()) + " queued" })
 	got = map[int]int{}
@@ -151,36 +118,9 @@ func TestAStalledPartitionHoldsBackOnlyItsOwnObjects(t *testing.T) {
 // holds one event, so the first Write fails alone and only a shard that
 // goes on delivers the rest.
 func TestAWriteOnlyToAStalledPartitionDoesNotHoldBackTheShardsOtherObjects(t *testing.T) {
-	kafka.SetStallAfter(t, 300*time.Millisecond)
-	f := startFake(t)
-	const partitions = 4
-	s, prefix := newSink(t, f.addr(), partitions, func(k *kafka.Config) {
-		k.RequestTimeout = config.NewDuration(time.Minute)
-	})
-	topic := widgetTopic(prefix)
-	connect(t, s)
-	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1))
-
-	bal, err := kafka.NewBalancer(kafka.BalancerMurmur2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	partitionOf := func(name string) int {
-		ev := mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", name, 1))
-		return bal.Balance(kafkago.Message{Key: []byte(ev.Extension(encoding.ExtPartitionKey))}, 0, 1, 2, 3)
-	}
 	const stalled = 0
-	release := make(chan struct{})
-	var held atomic.Int32
-	f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		f.c.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		if len(pr.Topics) == 1 && pr.Topics[0].Topic == topic && pr.Topics[0].Partitions[0].Partition == stalled {
-			held.Add(1)
-			f.c.SleepControl(func() { <-release })
-		}
-		return nil, nil, false
-	})
+	sp := stallPartition(t, 4, stalled)
+	s, f, topic, partitionOf, held := sp.sink, sp.f, sp.topic, sp.partitionOf, &sp.held
 
 	d := dispatch.NewDispatcher("kafka-stall-alone", s, dispatch.Options{
 		Shards: 1, BatchSize: 1, RetryInitial: time.Hour, RetryMax: time.Hour,
@@ -193,7 +133,7 @@ func TestAWriteOnlyToAStalledPartitionDoesNotHoldBackTheShardsOtherObjects(t *te
 		d.Close(ctx)
 	})
 	// Before the Close above: the sink's Close waits for the held request.
-	t.Cleanup(func() { close(release) })
+	t.Cleanup(sp.release)
 
 	// Two objects of the stalled partition: the first Write's request is
 	// held until it counts as stalled, the second's fails at once, alone.
@@ -226,4 +166,57 @@ func TestAWriteOnlyToAStalledPartitionDoesNotHoldBackTheShardsOtherObjects(t *te
 		}
 		return got == len(others)
 	}, func() string { return fmt.Sprintf("%d of %d in the topic", got, len(others)) })
+}
+
+// stalledPartition is a sink on kfake whose produce requests to one
+// partition of its topic the broker holds, unanswered, until release: the
+// partition's leader has stopped answering while the others work.
+type stalledPartition struct {
+	f     *fakeKafka
+	sink  sinks.Sink
+	topic string
+	// partitionOf is the partition of a team-a widget's events.
+	partitionOf func(name string) int
+	held        atomic.Int32 // produce requests held so far
+	release     func()
+}
+
+func stallPartition(t *testing.T, partitions, stalled int) *stalledPartition {
+	t.Helper()
+	kafka.SetStallAfter(t, 300*time.Millisecond)
+	sp := &stalledPartition{f: startFake(t)}
+	s, prefix := newSink(t, sp.f.addr(), partitions, func(k *kafka.Config) {
+		// Longer than the test: the stalled request is never given up by
+		// its deadline, only by the broker answering at last.
+		k.RequestTimeout = config.NewDuration(time.Minute)
+	})
+	sp.sink, sp.topic = s, widgetTopic(prefix)
+	connect(t, s)
+	write(t, s, sinktest.Change(informer.OpAdded, "team-a", "warm-up", 1)) // creates the topic
+
+	bal, err := kafka.NewBalancer(kafka.BalancerMurmur2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := make([]int, partitions)
+	for i := range all {
+		all[i] = i
+	}
+	sp.partitionOf = func(name string) int {
+		ev := mustEvent(t, sinktest.Change(informer.OpUpdated, "team-a", name, 1))
+		return bal.Balance(kafkago.Message{Key: []byte(ev.Extension(encoding.ExtPartitionKey))}, all...)
+	}
+	gate := make(chan struct{})
+	sp.release = sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(sp.release)
+	sp.f.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		sp.f.c.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if len(pr.Topics) == 1 && pr.Topics[0].Topic == sp.topic && pr.Topics[0].Partitions[0].Partition == int32(stalled) {
+			sp.held.Add(1)
+			sp.f.c.SleepControl(func() { <-gate })
+		}
+		return nil, nil, false
+	})
+	return sp
 }
