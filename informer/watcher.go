@@ -170,6 +170,17 @@ func (w *Watcher) Name() string { return w.name }
 // HasSynced reports whether the initial list has been delivered.
 func (w *Watcher) HasSynced() bool { return w.synced.Load() }
 
+// Held is how many objects the informer holds once it has synced, and -1
+// before. A deleted CRD's finalizer deletes every object before the
+// resource leaves discovery, so a healthy watch empties the informer: the
+// discoverer waits for that before it ends the stream (Removed).
+func (w *Watcher) Held() int {
+	if !w.synced.Load() {
+		return -1
+	}
+	return len(w.informer.GetStore().ListKeys())
+}
+
 // Run resolves the resource, waits for permission, runs the informer and
 // takes periodic snapshots until ctx ends. Nothing it meets at runtime is
 // fatal: a missing resource or permission is logged, counted and retried, so

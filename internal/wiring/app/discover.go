@@ -382,11 +382,40 @@ func (d *discoverer) stop(r *discovered) {
 func (d *discoverer) remove(r *discovered) {
 	name := r.w.Name()
 	d.log.Info("resource removed from the cluster; its stream ends with resource.removed", "resource", name)
+	d.awaitDeletes(r)
 	d.stop(r)
 	r.w.Removed(r.uid)
 	metrics.ResourceUnavailable.DeleteLabelValues(name)
 	metrics.InformerSynced.DeleteLabelValues(name)
 	d.a.forget(name)
+}
+
+// removeGrace bounds how long remove waits for a removed resource's watch
+// to bring the deletes its CRD's finalizer made; a variable for the tests.
+var removeGrace = 5 * time.Second
+
+// awaitDeletes waits, up to removeGrace, until r's informer holds nothing.
+// The finalizer deleted every object before the resource left discovery,
+// but discovery can show it gone before the watch has delivered the last
+// of those deletes, and stopping the informer then would turn them into
+// objects that only resource.removed covers. A watch that broke during the
+// deletion relists into a 404 and never empties: resource.removed covers
+// what it still holds once the wait is over.
+func (d *discoverer) awaitDeletes(r *discovered) {
+	if !r.running() || r.w.Held() <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(d.runCtx, removeGrace)
+	defer cancel()
+	tick.Every(ctx, 50*time.Millisecond, func() {
+		if r.w.Held() == 0 {
+			cancel()
+		}
+	})
+	if n := r.w.Held(); n > 0 {
+		d.log.Warn("removed resource still holds objects whose deletes never arrived; resource.removed covers them",
+			"resource", r.w.Name(), "objects", n)
+	}
 }
 
 // setLanes tells each sink how many resources it receives, so that each
