@@ -3,8 +3,6 @@ package cli_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -13,11 +11,8 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kubewire/kubewire/internal/base/config"
 	"github.com/kubewire/kubewire/internal/testing/natstest"
-	"github.com/kubewire/kubewire/internal/wiring/app"
 	"github.com/kubewire/kubewire/internal/wiring/cli"
-	"github.com/kubewire/kubewire/sinks"
 )
 
 // historyJetStreamConfig routes the widgets to a JetStream sink whose
@@ -69,25 +64,8 @@ func newJetStreamHistoryEnv(t *testing.T) *historyEnv {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FEW", Subjects: []string{"few.>"}, MaxMsgsPerSubject: 5}); err != nil {
 		t.Fatal(err)
 	}
-	env := &historyEnv{path: write(t, fmt.Sprintf(historyJetStreamConfig, srv.ClientURL())), sinks: map[string]sinks.Sink{}}
-	cfg, err := config.Load(env.path, app.DefaultRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps := sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	for _, name := range []string{"js", "persubject"} {
-		sc, _ := cfg.Sink(name)
-		s, err := app.DefaultRegistry().New(*sc, deps)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Connect(ctx); err != nil {
-			t.Fatalf("connect %s: %v", name, err)
-		}
-		t.Cleanup(func() { s.Close(context.Background()) })
-		env.sinks[name] = s
-	}
-	return env
+	path := write(t, fmt.Sprintf(historyJetStreamConfig, srv.ClientURL()))
+	return &historyEnv{path: path, sinks: connectSinks(t, path, "js", "persubject")}
 }
 
 func TestHistoryReadsAJetStreamSinksStreamAsItReadsAKafkaTopic(t *testing.T) {

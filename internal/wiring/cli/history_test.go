@@ -3,19 +3,13 @@ package cli_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
-	"github.com/kubewire/kubewire/internal/base/config"
-	"github.com/kubewire/kubewire/internal/wiring/app"
 	"github.com/kubewire/kubewire/internal/wiring/cli"
 	"github.com/kubewire/kubewire/sinks"
 	"github.com/kubewire/kubewire/sinks/sinktest"
@@ -71,33 +65,9 @@ type historyEnv struct {
 
 func newHistoryEnv(t *testing.T) *historyEnv {
 	t.Helper()
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	env := &historyEnv{path: write(t, fmt.Sprintf(historyConfig, kc.ListenAddrs()[0])), sinks: map[string]sinks.Sink{}}
-	cfg, err := config.Load(env.path, app.DefaultRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps := sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	for _, name := range []string{"events", "compacted"} {
-		sc, _ := cfg.Sink(name)
-		s, err := app.DefaultRegistry().New(*sc, deps)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err = s.Connect(ctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("connect %s: %v", name, err)
-		}
-		t.Cleanup(func() { s.Close(context.Background()) })
-		env.sinks[name] = s
-	}
-	return env
+	kc := startKfake(t)
+	path := write(t, fmt.Sprintf(historyConfig, kc.ListenAddrs()[0]))
+	return &historyEnv{path: path, sinks: connectSinks(t, path, "events", "compacted")}
 }
 
 func (e *historyEnv) send(t *testing.T, sink string, changes ...*informer.Change) {

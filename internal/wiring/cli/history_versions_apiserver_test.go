@@ -12,15 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/twmb/franz-go/pkg/kfake"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubewire/kubewire/consumer"
-	"github.com/kubewire/kubewire/internal/testing/apptest"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/internal/wiring/cli"
@@ -51,20 +47,12 @@ func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t 
 	cs := kubernetes.NewForConfigOrDie(rc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ns := fmt.Sprintf("versions-%d", time.Now().UnixNano()%1e6)
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	ns := newNamespace(ctx, t, cs, "versions")
+	kc := startKfake(t)
 	yaml := fmt.Sprintf(historyE2EConfig, kc.ListenAddrs()[0], ns)
 	path := write(t, yaml)
 	cms := cs.CoreV1().ConfigMaps(ns)
-	k := apptest.Start(t, yaml, rc)
-	k.WaitFor(t, "the first snapshot to complete", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
+	k := startKubewire(t, yaml, rc)
 
 	// The cluster's version before the churn: the state at a point
 	// before the first write observed.
@@ -80,55 +68,8 @@ func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t 
 	// shorter than the churn's pauses (up to a second between managers),
 	// so the checks tell points apart.
 	const tol = 500 * time.Millisecond
-	var log []churnWrite // every write, of every object
-	put := func(name, value, manager string) {
-		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": value}}
-		got, err := cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: manager})
-		if apierrors.IsNotFound(err) {
-			got, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: manager})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		log = append(log, churnWrite{name: name, value: value, manager: manager, rv: got.ResourceVersion, done: time.Now()})
-	}
-	// Runs of writes to web by three managers, each write followed by one
-	// to another object, whose versions are in the range but not web's.
-	// A mark ends each run tol after its last answer: after kubewire
-	// observed each write of the run (tol below covers the observing
-	// lag), and before the next run, sent once the clock has passed it.
-	var marks []time.Time
-	var runs [][]churnWrite
-	n := 0
-	for _, run := range []struct {
-		manager string
-		writes  int
-	}{{"writer-a", 3}, {"writer-b", 3}, {"writer-c", 3}, {"writer-a", 2}} {
-		if len(log) > 0 {
-			// The API server stamps a managedFields entry to the second,
-			// and changedby is the newest entry: a tie with the previous
-			// manager's write in the same second is a guess
-			// (docs/events.md). So a new manager waits for the clock to
-			// pass that second: a wait on the clock the assertion depends
-			// on, not on another goroutine.
-			prev := webSecond(ctx, t, cs, ns)
-			mark := log[len(log)-1].done.Add(tol)
-			marks = append(marks, mark)
-			testkit.Within(t, 5*time.Second, "the next second and the mark", func() bool {
-				now := time.Now()
-				return now.Truncate(time.Second).After(prev) && now.After(mark)
-			})
-		}
-		var ofRun []churnWrite
-		for range run.writes {
-			n++
-			put("web", strconv.Itoa(n), run.manager)
-			ofRun = append(ofRun, log[len(log)-1])
-			put("other", strconv.Itoa(n), "writer-z")
-		}
-		runs = append(runs, ofRun)
-	}
+	// Runs of writes to web by three managers.
+	log, marks, runs := churnInRuns(ctx, t, cs, ns, tol, []managerRun{{"writer-a", 3}, {"writer-b", 3}, {"writer-c", 3}, {"writer-a", 2}})
 	if err := cms.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -151,19 +92,8 @@ func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t 
 		vs, err := consumer.Versions(ctx, consumer.VersionsConfig{Brokers: kc.ListenAddrs(), Topic: "e2e.history.configmaps", Key: key})
 		return err == nil && len(vs.Versions) > 0 && vs.Versions[len(vs.Versions)-1].Type == "deleted"
 	})
-	// How long after the API server answered kubewire observed each
-	// write: what the tolerance of --at below must cover.
-	var lag time.Duration
-	seen := map[string]time.Time{}
-	for _, ev := range k.Events(t) {
-		seen[apptest.Ext(ev, "resourceversion")] = ev.Time()
-	}
-	for _, w := range log {
-		if o, ok := seen[w.rv]; ok {
-			lag = max(lag, o.Sub(w.done))
-		}
-	}
-	t.Logf("the longest lag from a write's answer to kubewire observing it: %s", lag)
+	// What the tolerance of --at below must cover.
+	lag := observingLag(t, k, log)
 	k.Shutdown(t)
 
 	versions := func(args ...string) []versionOut {
@@ -225,27 +155,9 @@ func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t 
 
 	// --at TIME: the state history gives for T must be the LIST at a
 	// version the cluster had at some moment within tol of T.
-	listAt := func(rv string) map[string]string {
-		l, err := cms.List(ctx, metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]string{}
-		for _, cm := range l.Items {
-			out[cm.Name] = cm.ResourceVersion + " " + cm.Data["v"]
-		}
-		return out
-	}
 	for i := 0; i < len(log); i += 3 {
 		at := log[i].done
-		code, out, errOut := run("history", "--config", path, "--sink", "events", "--at", at.Format(time.RFC3339Nano), "-o", "json")
-		got := map[string]string{}
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			var cm corev1.ConfigMap
-			if line != "" && json.Unmarshal([]byte(line), &cm) == nil {
-				got[cm.Name] = cm.ResourceVersion + " " + cm.Data["v"]
-			}
-		}
+		got, code, errOut := historyAt(path, at.Format(time.RFC3339Nano))
 		// The versions the cluster had within tol of T: the one it had
 		// at T - tol, and each write answered up to T + tol.
 		candidates := []string{before.ResourceVersion}
@@ -257,7 +169,7 @@ func TestHistoryOfAnObjectIsExactlyTheWritesThatMadeItAndAtATimeIsAListNearIt(t 
 				candidates = append(candidates, w.rv)
 			}
 		}
-		match := slices.ContainsFunc(candidates, func(rv string) bool { return maps.Equal(got, listAt(rv)) })
+		match := slices.ContainsFunc(candidates, func(rv string) bool { return maps.Equal(got, exactList(ctx, t, cms, rv)) })
 		if code != cli.ExitOK || !match {
 			t.Errorf("history --at %s (after write %d at %s): exit %d, got %v; no exact LIST within %s of it matches (versions %v; longest lag %s)\n%s",
 				at.Format(time.RFC3339Nano), i, log[i].rv, code, got, tol, candidates, lag, errOut)
@@ -298,32 +210,16 @@ func TestHistoryOfAnObjectAcrossAGapTheAPIServerForcedExits5NamingIt(t *testing.
 	cs := kubernetes.NewForConfigOrDie(rc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ns := fmt.Sprintf("versions-gap-%d", time.Now().UnixNano()%1e6)
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	ns := newNamespace(ctx, t, cs, "versions-gap")
+	kc := startKfake(t)
 	yaml := fmt.Sprintf(historyE2EConfig, kc.ListenAddrs()[0], ns)
 	path := write(t, yaml)
 	cms := cs.CoreV1().ConfigMaps(ns)
-	k := apptest.Start(t, yaml, rc)
-	k.WaitFor(t, "the first snapshot to complete", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
+	k := startKubewire(t, yaml, rc)
 	var rvs []string
 	put := func(value string) {
 		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Data: map[string]string{"v": value}}
-		got, err := cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: "writer-a"})
-		if apierrors.IsNotFound(err) {
-			got, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: "writer-a"})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rvs = append(rvs, got.ResourceVersion)
+		rvs = append(rvs, putAs(ctx, t, cms, "web", value, "writer-a").rv)
 	}
 	key := "configmaps/" + ns + "/web"
 	cfg := consumer.VersionsConfig{Brokers: kc.ListenAddrs(), Topic: "e2e.history.configmaps", Key: key}

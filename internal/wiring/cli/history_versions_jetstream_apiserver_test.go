@@ -5,21 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubewire/kubewire/consumer"
-	"github.com/kubewire/kubewire/internal/testing/apptest"
 	"github.com/kubewire/kubewire/internal/testing/natstest"
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
 	"github.com/kubewire/kubewire/internal/testing/testkit"
@@ -39,30 +32,13 @@ func TestHistoryOfAnObjectInAJetStreamSinkIsExactlyTheWritesThatMadeItAndATimeRa
 	cs := kubernetes.NewForConfigOrDie(rc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ns := fmt.Sprintf("versions-js-%d", time.Now().UnixNano()%1e6)
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(ctx, t, cs, "versions-js")
 	srv := natstest.Embedded(t)
 	yaml := fmt.Sprintf(historyJetStreamE2EConfig, srv.ClientURL(), ns)
 	path := write(t, yaml)
 	cms := cs.CoreV1().ConfigMaps(ns)
-	k := apptest.Start(t, yaml, rc)
-	k.WaitFor(t, "the first snapshot to complete", func(evs []event.Event) bool { return apptest.CountCompleted(evs, "configmaps") > 0 })
+	k := startKubewire(t, yaml, rc)
 
-	var log []churnWrite
-	put := func(name, value, manager string) {
-		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": value}}
-		got, err := cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: manager})
-		if apierrors.IsNotFound(err) {
-			got, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: manager})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		log = append(log, churnWrite{name: name, value: value, manager: manager, rv: got.ResourceVersion, done: time.Now()})
-	}
 	// An event's time is when kubewire observed the write: after the API
 	// server committed it, so after the write was sent, and at most the
 	// observing lag after the API server's answer reached the writer (a
@@ -71,61 +47,20 @@ func TestHistoryOfAnObjectInAJetStreamSinkIsExactlyTheWritesThatMadeItAndATimeRa
 	// is sent only once the clock has passed the mark. 500ms is a hundred
 	// times the lag on a loaded 2-core machine with -race.
 	const tol = 500 * time.Millisecond
-	var marks []time.Time // marks[i] ends run i
-	var runs [][]churnWrite
-	n := 0
-	for _, run := range []struct {
-		manager string
-		writes  int
-	}{{"writer-a", 3}, {"writer-b", 3}, {"writer-c", 2}} {
-		if len(log) > 0 {
-			// As in the Kafka test: a new manager's first write in the
-			// second of the previous manager's last one ties changedby.
-			prev := webSecond(ctx, t, cs, ns)
-			mark := log[len(log)-1].done.Add(tol)
-			marks = append(marks, mark)
-			testkit.Within(t, 5*time.Second, "the clock to pass the mark and the next second", func() bool {
-				now := time.Now()
-				return now.After(mark) && now.Truncate(time.Second).After(prev)
-			})
-		}
-		var web []churnWrite
-		for range run.writes {
-			n++
-			put("web", strconv.Itoa(n), run.manager)
-			web = append(web, log[len(log)-1])
-			put("other", strconv.Itoa(n), "writer-z")
-		}
-		runs = append(runs, web)
-	}
+	log, marks, runs := churnInRuns(ctx, t, cs, ns, tol, []managerRun{{"writer-a", 3}, {"writer-b", 3}, {"writer-c", 2}})
 	web := slices.Concat(runs...)
 	if err := cms.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	nc, err := natsgo.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := jetStreamOf(t, srv.ClientURL())
 	key := "configmaps/" + ns + "/web"
 	subject := kwnats.ResourceSubject(kwnats.DefaultSubject, "e2e", "", "v1", "configmaps")
 	testkit.Within(t, time.Minute, "the stream to hold web's delete", func() bool {
 		vs, err := consumer.VersionsJetStream(ctx, consumer.JetStreamVersionsConfig{JetStream: js, Stream: "HISTORY", Subject: subject, Key: key})
 		return err == nil && len(vs.Versions) > 0 && vs.Versions[len(vs.Versions)-1].Type == "deleted"
 	})
-	var lag time.Duration
-	seen := map[string]time.Time{}
-	for _, ev := range k.Events(t) {
-		seen[apptest.Ext(ev, "resourceversion")] = ev.Time()
-	}
-	for _, w := range log {
-		if o, ok := seen[w.rv]; ok {
-			lag = max(lag, o.Sub(w.done))
-		}
-	}
-	t.Logf("the longest lag from a write's answer to kubewire observing it: %s", lag)
+	lag := observingLag(t, k, log)
 	k.Shutdown(t)
 
 	versions := func(args ...string) (got []string, deleted bool) {

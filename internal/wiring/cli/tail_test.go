@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/kubewire/kubewire/encoding"
 	"github.com/kubewire/kubewire/informer"
@@ -80,35 +79,11 @@ type tailEnv struct {
 
 func newTailEnv(t *testing.T) *tailEnv {
 	t.Helper()
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc := startKfake(t)
 	srv := natstest.Embedded(t)
 
-	env := &tailEnv{path: write(t, fmt.Sprintf(tailConfig, kc.ListenAddrs()[0], srv.ClientURL())), sinks: map[string]sinks.Sink{}}
-	cfg, err := config.Load(env.path, app.DefaultRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps := sinks.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	for _, name := range []string{"events", "js", "wide"} {
-		sc, _ := cfg.Sink(name)
-		s, err := app.DefaultRegistry().New(*sc, deps)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err = s.Connect(ctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("connect %s: %v", name, err)
-		}
-		t.Cleanup(func() { s.Close(context.Background()) })
-		env.sinks[name] = s
-	}
-	return env
+	path := write(t, fmt.Sprintf(tailConfig, kc.ListenAddrs()[0], srv.ClientURL()))
+	return &tailEnv{path: path, sinks: connectSinks(t, path, "events", "js", "wide")}
 }
 
 // send writes the changes, as one batch each, through the named sink.
