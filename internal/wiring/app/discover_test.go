@@ -353,6 +353,9 @@ func TestADiscoveredResourceKeepsItsStreamAcrossAChangeOfPreferredVersionAndWhil
 	// (no config-changed gap); only the version in source and apiVersion.
 	setServed(t, name, map[string]bool{"v1": true})
 	k.WaitLog(t, "preferred version changed", "to=v1")
+	// The line comes before the v2 watch stops: an update made before the
+	// v1 watcher runs may still go out at v2, rightly.
+	k.WaitLog(t, "informer synced", "resource="+name, "version=v1")
 	update(2)
 	evs = k.WaitFor(t, "the update at v1", updatedTo(2))
 	last := byKey(evs)[key][len(byKey(evs)[key])-1]

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubewire/kubewire/internal/testing/testcluster"
+	"github.com/kubewire/kubewire/internal/testing/testkit"
 	"github.com/kubewire/kubewire/internal/wiring/app"
 )
 
@@ -66,19 +67,34 @@ func TestReadinessFollowsInformerSyncAndMetricsAreServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.WaitFor(t, "the new object", has("configmaps/"+ns+"/counted", "added"))
-	after := scrape(t, base)
-	if after[`kubewire_informer_synced{resource="widgets.`+group+`"}`] != 1 || after["go_goroutines"] == 0 {
-		t.Errorf("/metrics lacks informer_synced for widgets or the Go collector")
-	}
-	for _, m := range []string{
+	// The stdout sink has the event before the dispatcher counts it as
+	// published: poll the scrape rather than read it once.
+	moved := []string{
 		`kubewire_events_observed_total{resource="configmaps",type="added"}`,
 		`kubewire_events_published_total{resource="configmaps",sink="out",type="added"}`,
 		`kubewire_event_lag_seconds_count{sink="out"}`,
 		`kubewire_publish_duration_seconds_count{sink="out"}`,
-	} {
-		if after[m] <= before[m] {
-			t.Errorf("%s did not move: %v -> %v", m, before[m], after[m])
+	}
+	var after map[string]float64
+	testkit.Eventually(t, "the metrics of the new object's event", func() bool {
+		after = scrape(t, base)
+		for _, m := range moved {
+			if after[m] <= before[m] {
+				return false
+			}
 		}
+		return true
+	}, func() string {
+		var still []string
+		for _, m := range moved {
+			if after[m] <= before[m] {
+				still = append(still, fmt.Sprintf("%s: %v -> %v", m, before[m], after[m]))
+			}
+		}
+		return "did not move: " + strings.Join(still, "; ")
+	})
+	if after[`kubewire_informer_synced{resource="widgets.`+group+`"}`] != 1 || after["go_goroutines"] == 0 {
+		t.Errorf("/metrics lacks informer_synced for widgets or the Go collector")
 	}
 	if after[`kubewire_snapshot_duration_seconds_count{resource="configmaps"}`] == 0 {
 		t.Errorf("kubewire_snapshot_duration_seconds has no observation for configmaps")
