@@ -267,11 +267,12 @@ func historyFrom(ctx context.Context, cfg historyQuery, start Positions) (*Histo
 		}
 	}
 	// The last complete snapshot whose list is at or below the point, and
-	// whose started marker is in every partition the scan read.
+	// whose started marker is in every partition the scan read, or that
+	// partition was added after it (spans).
 	var chosen *marker
 	incomplete := 0
 	for _, m := range order {
-		if !m.completed || m.completeRV == 0 || m.completeRV > point || len(m.started) < len(start) {
+		if !m.completed || m.completeRV == 0 || m.completeRV > point || !spans(m, start, snaps) {
 			continue
 		}
 		if m.incomplete {

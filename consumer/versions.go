@@ -116,7 +116,7 @@ func Versions(ctx context.Context, cfg VersionsConfig) (*ObjectVersions, error) 
 		whole = whole && b.first == 0
 	}
 	return versionsIn(ctx, cfg, versionsSource{
-		where: "topic " + cfg.Topic, partitions: len(parts), whole: whole,
+		where: "topic " + cfg.Topic, whole: whole,
 		start: func(ctx context.Context, t time.Time) (Positions, bool, error) {
 			return historyStart(ctx, probe, parts, t)
 		},
@@ -128,8 +128,7 @@ func Versions(ctx context.Context, cfg VersionsConfig) (*ObjectVersions, error) 
 
 // versionsSource is a topic or a stream as Versions reads it.
 type versionsSource struct {
-	where      string // "topic T", "stream S": for messages
-	partitions int
+	where string // "topic T", "stream S": for messages
 	// whole says nothing was ever deleted from it.
 	whole bool
 	// start is, per partition, the first position stored at or after t;
@@ -169,7 +168,7 @@ func versionsIn(ctx context.Context, cfg VersionsConfig, src versionsSource) (*O
 			return nil, err
 		}
 		// Without a start, the range is what the topic keeps.
-		if !bounded || s.proven(src.partitions) || all && src.whole {
+		if !bounded || s.proven(start) || all && src.whole {
 			vs, err := s.answer(cfg)
 			vs.Read = read
 			return vs, err
@@ -227,6 +226,7 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, read func(context.Con
 			rv, _ := strconv.ParseUint(ext(ev, encoding.ExtSnapshotRV), 10, 64)
 			if ev.Type() == encoding.TypeSnapshotStarted {
 				m.started[r.Position.Partition] = r.Position.Offset
+				m.startRV = rv
 			} else {
 				m.completed, m.completeRV = true, rv
 				m.incomplete = m.incomplete || hasExt(ev, encoding.ExtIncomplete)
@@ -271,9 +271,9 @@ func scanVersions(ctx context.Context, cfg VersionsConfig, read func(context.Con
 // proven says the scan began before a complete snapshot whose list is at
 // or below the range's start, in every partition: all versions above it
 // follow that snapshot's started marker.
-func (s *versionScan) proven(partitions int) bool {
+func (s *versionScan) proven(start Positions) bool {
 	for _, m := range s.snaps {
-		if m.completed && !m.incomplete && m.completeRV != 0 && m.completeRV <= s.since && len(m.started) == partitions {
+		if m.completed && !m.incomplete && m.completeRV != 0 && m.completeRV <= s.since && spans(m, start, s.snaps) {
 			return true
 		}
 	}

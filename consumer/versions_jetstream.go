@@ -51,7 +51,7 @@ func VersionsJetStream(ctx context.Context, cfg JetStreamVersionsConfig) (*Objec
 		Lookback: cfg.Lookback, WatchPerNamespace: cfg.WatchPerNamespace, Now: cfg.Now,
 	}, versionsSource{
 		// A stream whose first message is its first sequence lost none.
-		where: "stream " + cfg.Stream, partitions: 1, whole: state.FirstSeq <= 1,
+		where: "stream " + cfg.Stream, whole: state.FirstSeq <= 1,
 		start: func(ctx context.Context, t time.Time) (Positions, bool, error) {
 			seq, err := r.firstAt(ctx, &t)
 			if err != nil {
