@@ -3,19 +3,22 @@ package consumer
 // A topic that grew: kubewire writes a snapshot's markers to every
 // partition its sink knows, so a partition added after a snapshot started
 // holds no started marker of it, though every record in it came later.
-// Such a partition read from its very first record takes part in the
-// snapshot as one that holds its started marker at its start. A partition
-// that holds a started marker of an earlier snapshot existed when this one
-// started and must hold its marker too; one read from later than its first
-// record may have its marker before the read. The order of two snapshots
-// is the order of their lists' versions, which kubewire takes one after
-// the other from one watch; a marker without one (a restarted kubewire's)
-// counts as earlier.
-//
-// Left open: a snapshot that completed while the partitions' ends were
-// being looked up, whose started marker came into a partition just after
-// its end was taken, with no earlier snapshot's marker there. Its window
-// is then short of that partition's records.
+// Such a partition takes part in the snapshot as one that holds its
+// started marker at its start, when the scan read it from its very first
+// record and found there started markers of later snapshots only, and at
+// least one. A partition that holds a started marker of an earlier
+// snapshot existed when this one started and must hold its marker too; one
+// read from later than its first record may have its marker before the
+// read. Asking for a later snapshot's marker rules out a partition whose
+// end was looked up just before the snapshot's started marker reached it
+// (the snapshot completing elsewhere before the other ends were taken):
+// nothing after that marker is read there, so no later one either. From
+// a growth until the next snapshot starts, every point is therefore
+// refused as having no complete snapshot (ErrNoSnapshot): the added
+// partitions hold nothing yet that places them. The order of two
+// snapshots is the order of their lists' versions, which kubewire takes
+// one after the other from one watch; a marker without one (a restarted
+// kubewire's) counts as earlier.
 
 // spans says whether snapshot m's window is known in every partition that
 // start names: its started marker was read there, or the partition began
@@ -32,19 +35,23 @@ func spans(m *marker, start Positions, snaps map[string]*marker) bool {
 	return true
 }
 
-// bornAfter says whether partition p holds a started marker only of
-// snapshots later than m.
+// bornAfter says whether partition p holds started markers only of
+// snapshots later than m, and at least one.
 func bornAfter(m *marker, p string, snaps map[string]*marker) bool {
 	mine := m.listRV()
 	if mine == 0 {
 		return false
 	}
+	later := false
 	for _, x := range snaps {
-		if _, ok := x.started[p]; ok && x.listRV() <= mine {
-			return false
+		if _, ok := x.started[p]; ok {
+			if x.listRV() <= mine {
+				return false
+			}
+			later = true
 		}
 	}
-	return true
+	return later
 }
 
 // listRV is the version of the snapshot's list, 0 if unknown.

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -234,4 +235,29 @@ func uidOf(t *testing.T, v consumer.Version) string {
 		t.Fatalf("version %d: %v", v.RV, err)
 	}
 	return o.Metadata.UID
+}
+
+// Right after a growth, before the next snapshot has started, an added
+// partition holds nothing that places it after the last snapshot: history
+// cannot tell it from a partition whose end it looked up just before that
+// snapshot's marker reached it, and says it has no snapshot rather than
+// answer without the partition's part of the window.
+func TestHistoryAtRefusesAPointAfterAGrowthUntilTheNextSnapshotStarts(t *testing.T) {
+	addr := startKfake(t)
+	s, topic := kafkaSink(t, addr, config.ContentModeBinary)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := &kafkago.Client{Addr: kafkago.TCP(addr), Transport: &kafkago.Transport{}}
+	_, _, _ = grownHistory(func(b [][]*informer.Change) { write(t, s, b) }, func(b [][]*informer.Change) {
+		res, err := client.CreatePartitions(ctx, &kafkago.CreatePartitionsRequest{Topics: []kafkago.TopicPartitionsConfig{{Name: topic, Count: 6}}})
+		if err != nil || res.Errors[topic] != nil {
+			t.Fatalf("growing %s: %v %v", topic, err, res)
+		}
+		grown, _ := kafkaSink(t, addr, config.ContentModeBinary)
+		write(t, grown, b[:1]) // the updates after the growth, no snapshot
+	})
+	_, err := consumer.HistoryAt(ctx, consumer.HistoryConfig{Brokers: []string{addr}, Topic: topic, Resource: resource, RV: 70})
+	if !errors.Is(err, consumer.ErrNoSnapshot) {
+		t.Fatalf("at 70, after the growth and before any snapshot there: %v, want ErrNoSnapshot", err)
+	}
 }
