@@ -422,7 +422,7 @@ func TestARefusalForGoodAfterAnAnswerInDoubtMovesToANewEpochAndAfterARetriableOn
 // metadata, refreshed every MetadataTTL, names the new leader, the copy
 // goes there and a/2 is in the log once.
 func TestAResendAfterNotLeaderReachesTheNewLeaderAndEachRetrySendsOneCopy(t *testing.T) {
-	ports := []int{testkit.FreePort(t), testkit.FreePort(t)}
+	ports := testkit.FreePorts(t, 2)
 	c, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.Ports(ports...), kfake.DefaultNumPartitions(1))
 	if err != nil {
 		t.Fatalf("kfake: %v", err)

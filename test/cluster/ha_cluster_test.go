@@ -318,11 +318,18 @@ func TestClusterTwoReplicasElectOnePublisherHandOverWhenItsPodIsDeletedAndRollOn
 		}
 		values["config"].(map[string]any)["dispatch"] = map[string]any{"batchSize": 50}
 		rollout := upgrade(t, cfg, ns, name, values)
-		for _, p := range kubewirePods(t, c, ns, name) {
-			if before[p.Name] {
-				t.Errorf("pod %s was not replaced by the upgrade", p.Name)
+		// Helm's wait counts the new ReplicaSet's ready pods; the last old
+		// one may not have been told to go yet.
+		var stale []string
+		testkit.Within(t, 2*time.Minute, "every pod replaced by the upgrade", func() bool {
+			stale = stale[:0]
+			for _, p := range kubewirePods(t, c, ns, name) {
+				if before[p.Name] {
+					stale = append(stale, p.Name)
+				}
 			}
-		}
+			return len(stale) == 0
+		}, func() string { return fmt.Sprint("not replaced: ", stale) })
 		// A last value written after the rollout, then the consumer has to
 		// reach it.
 		after := w.written() + 1

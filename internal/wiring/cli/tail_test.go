@@ -424,7 +424,9 @@ func TestTailShowsNewEventsWithinSecondsOfAJetStreamRestart(t *testing.T) {
 		if code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", code, errOut.String())
 		}
-		if took := time.Since(sent); took > 5*time.Second {
+		// tail's own client reconnects (ReconnectWait 2 s) and makes its
+		// ordered consumer again; a loaded CI machine adds to it.
+		if took := time.Since(sent); took > 10*time.Second {
 			t.Errorf("the event written after the restart showed %s later, want a few seconds", took.Round(time.Millisecond))
 		} else {
 			t.Logf("the event written after the restart showed %s later", took.Round(time.Millisecond))
