@@ -27,7 +27,11 @@ import (
 // cluster's state at that version, as name@rv#uid sorted, the versions
 // of w3, as type@rv#uid, and the versions of the snapshots, the delete,
 // the growth and the re-creation.
-func grownHistory(before, after func([][]*informer.Change)) (states map[int][]string, w3 []string, notable []int) {
+//
+// With midWindow, kubewire learns of the growth while it writes snapshot
+// s1: its started marker is in the first 3 partitions only, its records
+// and its completed marker go where the keys hash among 6.
+func grownHistory(midWindow bool, before, after func([][]*informer.Change)) (states map[int][]string, w3 []string, notable []int) {
 	at := func(rv int) time.Time { return longHistoryStart.Add(time.Duration(rv) * time.Second) }
 	type held struct {
 		rv  int
@@ -106,11 +110,17 @@ func grownHistory(before, after func([][]*informer.Change)) (states map[int][]st
 	delete(cluster, "w3")
 	record(rv)
 	pre = append(pre, updates(23, "w3")...)
-	pre = append(pre, snapshot("s1", rv)...)
+	s1 := snapshot("s1", rv)
+	var post [][]*informer.Change
+	if midWindow {
+		pre = append(pre, s1[0][:1])
+		post = append(post, s1[0][1:], s1[1])
+	} else {
+		pre = append(pre, s1...)
+	}
 	before(pre)
 	notable = append(notable, rv)
 
-	var post [][]*informer.Change
 	post = append(post, updates(10, "w3")...)
 	rv++
 	cluster["w3"] = held{rv, "uid-team-a-w3-again"}
@@ -132,6 +142,19 @@ func grownHistory(before, after func([][]*informer.Change)) (states map[int][]st
 // again after it are each of its versions once, in order, though they lie
 // in two partitions.
 func TestHistoryAtAndVersionsGiveTheClusterAsItWasAcrossATopicThatGrew(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		midWindow bool
+		every     int
+	}{
+		{"between two snapshots", false, 5},
+		{"while a snapshot is written", true, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) { historyAcrossAGrowth(t, tc.midWindow, tc.every) })
+	}
+}
+
+func historyAcrossAGrowth(t *testing.T, midWindow bool, every int) {
 	addr := startKfake(t)
 	s, topic := kafkaSink(t, addr, config.ContentModeBinary)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -139,7 +162,7 @@ func TestHistoryAtAndVersionsGiveTheClusterAsItWasAcrossATopicThatGrew(t *testin
 	// Its own transport: kafka-go's default one caches metadata, and
 	// would go on answering with 3 partitions.
 	client := &kafkago.Client{Addr: kafkago.TCP(addr), Transport: &kafkago.Transport{}}
-	states, w3, notable := grownHistory(func(b [][]*informer.Change) { write(t, s, b) }, func(b [][]*informer.Change) {
+	states, w3, notable := grownHistory(midWindow, func(b [][]*informer.Change) { write(t, s, b) }, func(b [][]*informer.Change) {
 		res, err := client.CreatePartitions(ctx, &kafkago.CreatePartitionsRequest{Topics: []kafkago.TopicPartitionsConfig{{Name: topic, Count: 6}}})
 		if err != nil {
 			t.Fatal(err)
@@ -179,11 +202,11 @@ func TestHistoryAtAndVersionsGiveTheClusterAsItWasAcrossATopicThatGrew(t *testin
 		slices.Sort(out)
 		return out
 	}
-	// Every fifth version, and each around the growth, the delete and
-	// the re-creation.
+	// Every few versions, and each around the growth, the delete and the
+	// re-creation.
 	points := slices.Sorted(func(yield func(int) bool) {
 		for rv := range states {
-			if rv >= 12 && (rv%5 == 0 || slices.Contains(notable, rv) || slices.Contains(notable, rv-1)) && !yield(rv) {
+			if rv >= 12 && (rv%every == 0 || slices.Contains(notable, rv) || slices.Contains(notable, rv-1)) && !yield(rv) {
 				return
 			}
 		}
@@ -248,7 +271,7 @@ func TestHistoryAtRefusesAPointAfterAGrowthUntilTheNextSnapshotStarts(t *testing
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := &kafkago.Client{Addr: kafkago.TCP(addr), Transport: &kafkago.Transport{}}
-	_, _, _ = grownHistory(func(b [][]*informer.Change) { write(t, s, b) }, func(b [][]*informer.Change) {
+	_, _, _ = grownHistory(false, func(b [][]*informer.Change) { write(t, s, b) }, func(b [][]*informer.Change) {
 		res, err := client.CreatePartitions(ctx, &kafkago.CreatePartitionsRequest{Topics: []kafkago.TopicPartitionsConfig{{Name: topic, Count: 6}}})
 		if err != nil || res.Errors[topic] != nil {
 			t.Fatalf("growing %s: %v %v", topic, err, res)
