@@ -17,7 +17,8 @@ import (
 )
 
 // historyE2EConfig streams one namespace's ConfigMaps, every update, to
-// kfake, and to stdout so that the test sees when snapshots completed.
+// the Kafka broker at %[1]s, and to stdout so that the test sees when
+// snapshots completed.
 const historyE2EConfig = `apiVersion: kubewire.io/v1alpha1
 kind: Config
 cluster: e2e
@@ -43,18 +44,24 @@ sinks:
 // the true state at R, and history --at rv:R must print the same objects at
 // the same versions with the same data.
 func TestHistoryAtAResourceVersionMatchesAnExactListOfTheAPIServerAtIt(t *testing.T) {
+	historyMatchesExactLists(t, startKfake(t).ListenAddrs()[0])
+}
+
+// historyMatchesExactLists is the oracle test against the Kafka broker at
+// addr. It returns the config's path, once kubewire has stopped, and the
+// last point it checked.
+func historyMatchesExactLists(t *testing.T, addr string) (path, last string) {
 	c := testCluster(t)
 	rc := c.RESTConfig(testcluster.AdminUser)
 	cs := kubernetes.NewForConfigOrDie(rc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ns := newNamespace(ctx, t, cs, "history")
-	kc := startKfake(t)
-	yaml := fmt.Sprintf(historyE2EConfig, kc.ListenAddrs()[0], ns)
-	path := write(t, yaml)
+	yaml := fmt.Sprintf(historyE2EConfig, addr, ns)
+	path = write(t, yaml)
 	cms := cs.CoreV1().ConfigMaps(ns)
 	k, points := writeAroundSnapshots(ctx, t, cms, yaml, rc)
-	last := points[len(points)-1]
+	last = points[len(points)-1]
 	// The only wait: until the Kafka sink delivered the last write. It
 	// asks the consumer package, not the command, while kubewire runs:
 	// the command sets up logging for the process, which the in-process
@@ -62,7 +69,7 @@ func TestHistoryAtAResourceVersionMatchesAnExactListOfTheAPIServerAtIt(t *testin
 	lastRV, _ := strconv.ParseUint(last, 10, 64)
 	var held map[string]string
 	testkit.Within(t, time.Minute, "the topic to hold the state at the last write", func() bool {
-		h, err := consumer.HistoryAt(ctx, consumer.HistoryConfig{Brokers: kc.ListenAddrs(), Topic: "e2e.history.configmaps", Resource: "configmaps", RV: lastRV})
+		h, err := consumer.HistoryAt(ctx, consumer.HistoryConfig{Brokers: []string{addr}, Topic: "e2e.history.configmaps", Resource: "configmaps", RV: lastRV})
 		if err != nil {
 			return false
 		}
@@ -81,4 +88,5 @@ func TestHistoryAtAResourceVersionMatchesAnExactListOfTheAPIServerAtIt(t *testin
 			t.Errorf("history --at rv:%s: exit %d, got %v, want %v\n%s", rv, code, got, want, errOut)
 		}
 	}
+	return path, last
 }
