@@ -42,6 +42,30 @@ type pairMember struct {
 	name, state, log string
 	cmd              *exec.Cmd
 	exited           chan error
+	// logFrom is the size of the log when the running process started:
+	// what follows is its own.
+	logFrom int
+}
+
+// assigned is the partitions of the running process's latest generation
+// (its last "loaded" line), nil before its first.
+func (m *pairMember) assigned() []string {
+	b, _ := os.ReadFile(m.log)
+	if len(b) < m.logFrom {
+		return nil
+	}
+	var last consumer.Positions
+	for _, l := range strings.Split(string(b[m.logFrom:]), "\n") {
+		if rest, ok := strings.CutPrefix(l, "loaded "); ok {
+			last = consumer.Positions{}
+			_ = json.Unmarshal([]byte(rest), &last)
+		}
+	}
+	var ps []string
+	for p := range last {
+		ps = append(ps, p)
+	}
+	return ps
 }
 
 func killedPair(t *testing.T, addr, topic string, end consumer.Positions, live []string, deletes map[string]bool, seed uint64, kills int) {
@@ -56,6 +80,8 @@ func killedPair(t *testing.T, addr, topic string, end consumer.Positions, live [
 		cmd.Env = append(os.Environ(), childEnv+"=1", "KW_SOURCE=kafka-pair", "KW_ADDR="+addr, "KW_STREAM="+topic,
 			"KW_STATE="+m.state, "KW_STATES="+states, "KW_LOG="+m.log, "KW_END={}")
 		cmd.Stderr = os.Stderr
+		b, _ := os.ReadFile(m.log)
+		m.logFrom = len(b)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -137,6 +163,25 @@ func killedPair(t *testing.T, addr, topic string, end consumer.Positions, live [
 		}
 		return true
 	})
+	// A member killed after the group had read everything leaves its
+	// partitions unowned until its session expires or it rejoins, and a
+	// restarted member writes its View only at SIGTERM: wait until the
+	// running processes' generations cover every partition between them.
+	var covered []string
+	testkit.Within(t, time.Minute, "the members' current generations to cover every partition", func() bool {
+		alive()
+		covered = covered[:0]
+		for _, m := range members {
+			covered = append(covered, m.assigned()...)
+		}
+		sort.Strings(covered)
+		var want []string
+		for p := range end {
+			want = append(want, p)
+		}
+		sort.Strings(want)
+		return strings.Join(covered, " ") == strings.Join(want, " ")
+	}, func() string { return fmt.Sprint("covered: ", covered) })
 	for _, m := range members {
 		if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
