@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -65,13 +66,7 @@ func grownHistory(midWindow bool, before, after func([][]*informer.Change)) (sta
 				SnapshotID: id, SnapshotRV: itoa(rv), Count: n, Observed: at(rv)}
 		}
 		b := []*informer.Change{m(informer.OpSnapshotStarted, 0)}
-		for _, name := range slices.Sorted(func(yield func(string) bool) {
-			for n := range cluster {
-				if !yield(n) {
-					return
-				}
-			}
-		}) {
+		for _, name := range slices.Sorted(maps.Keys(cluster)) {
 			h := cluster[name]
 			b = append(b, change(informer.OpSynced, name, h.rv, h.uid, id))
 		}
@@ -204,14 +199,10 @@ func historyAcrossAGrowth(t *testing.T, midWindow bool, every int) {
 	}
 	// Every few versions, and each around the growth, the delete and the
 	// re-creation.
-	points := slices.Sorted(func(yield func(int) bool) {
-		for rv := range states {
-			if rv >= 12 && (rv%every == 0 || slices.Contains(notable, rv) || slices.Contains(notable, rv-1)) && !yield(rv) {
-				return
-			}
+	for _, rv := range slices.Sorted(maps.Keys(states)) {
+		if rv < 12 || rv%every != 0 && !slices.Contains(notable, rv) && !slices.Contains(notable, rv-1) {
+			continue
 		}
-	})
-	for _, rv := range points {
 		cfg := consumer.HistoryConfig{Brokers: []string{addr}, Topic: topic, Resource: resource, RV: uint64(rv)}
 		early, err := consumer.HistoryAt(ctx, cfg)
 		if err != nil {
