@@ -97,6 +97,8 @@ type jsHistory struct {
 	last    uint64
 }
 
+// consumer is an ordered consumer of the subject from where cfg starts,
+// or nil when nothing is pending there.
 func (r *jsHistory) consumer(ctx context.Context, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
 	if r.subject != "" {
 		cfg.FilterSubjects = []string{r.subject}
@@ -104,6 +106,13 @@ func (r *jsHistory) consumer(ctx context.Context, cfg jetstream.OrderedConsumerC
 	c, err := r.js.OrderedConsumer(ctx, r.stream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: ordered consumer on %s: %w", r.stream, err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: consumer on %s: %w", r.stream, err)
+	}
+	if info.NumPending == 0 {
+		return nil, nil
 	}
 	return c, nil
 }
@@ -119,11 +128,7 @@ func (r *jsHistory) firstAt(ctx context.Context, t *time.Time) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("consumer: consumer on %s: %w", r.stream, err)
-	}
-	if info.NumPending == 0 {
+	if c == nil {
 		return r.last + 1, nil
 	}
 	m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
@@ -144,15 +149,8 @@ func (r *jsHistory) read(ctx context.Context, start Positions, onRead func(Read)
 		return 0, nil
 	}
 	c, err := r.consumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq})
-	if err != nil {
+	if err != nil || c == nil {
 		return 0, err
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("consumer: consumer on %s: %w", r.stream, err)
-	}
-	if info.NumPending == 0 {
-		return 0, nil
 	}
 	it, err := c.Messages()
 	if err != nil {
